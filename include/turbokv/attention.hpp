@@ -1,0 +1,53 @@
+// Attention of a block of queries over one layer's KVCache.
+//
+// queries and out are [n_q_heads][n_queries][head_dim] float32. n_q_heads must be a multiple of
+// the cache's kv_heads (grouped-query attention: query head h reads kv head h / (n_q_heads /
+// kv_heads)). The queries are the cache's newest n_queries positions: query i sits at position
+// size - n_queries + i and, with the causal mask, sees keys 0..that position. n_queries = 1 is a
+// decode step; more is a chunked prefill (append the chunk's keys/values first, then attend).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "turbokv/kv_cache.hpp"
+
+namespace turbokv {
+
+struct AttentionOptions {
+  float scale = 0.0f;    // 0 means 1/sqrt(head_dim)
+  float softcap = 0.0f;  // > 0: logits become softcap * tanh(logits / softcap)
+  bool causal = true;    // false: every query sees the whole cache
+  int threads = 0;       // 0: the library default (all cores)
+};
+
+struct AttentionRequest {
+  std::span<const float> queries;
+  int n_q_heads = 0;
+  int n_queries = 1;
+  std::span<float> out;
+  AttentionOptions options;
+};
+
+// Validates the request against the cache (shapes, empty cache, GQA ratio) and dispatches to
+// the cache's own kernel. Throws turbokv::Error on bad input.
+void attend(std::span<const float> queries, int n_q_heads, int n_queries, const KVCache& cache,
+            std::span<float> out, const AttentionOptions& options = {});
+
+// Reference path: fetch() the whole cache in float32, then exact attention (double
+// accumulation). The correctness oracle for every fused kernel.
+void attend_dequantized(std::span<const float> queries, int n_q_heads, int n_queries,
+                        const KVCache& cache, std::span<float> out,
+                        const AttentionOptions& options = {});
+
+// Exact attention over explicit float32 keys/values ([kv_heads][n_tokens][head_dim]), used by
+// the reference path and tests.
+void attend_reference(std::span<const float> queries, int n_q_heads, int n_queries,
+                      std::span<const float> keys, std::span<const float> values, int kv_heads,
+                      size_t n_tokens, int head_dim, std::span<float> out,
+                      const AttentionOptions& options = {});
+
+// Throws turbokv::Error unless the request fits the cache.
+void validate_attention_request(const AttentionRequest& request, const KVCache& cache);
+
+}  // namespace turbokv

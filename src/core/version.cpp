@@ -1,0 +1,7 @@
+#include "turbokv/version.hpp"
+
+namespace turbokv {
+
+const char* version() { return TURBOKV_VERSION_STRING; }
+
+}  // namespace turbokv
