@@ -1,0 +1,294 @@
+#include "turbokv/dense_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "cache/cache_state_util.hpp"
+#include "core/check.hpp"
+#include "turbokv/half.hpp"
+
+namespace turbokv {
+namespace {
+
+constexpr size_t kSlabAlignment = 64;
+// Largest float that rounds to a finite fp16 (65504 plus just under half an ulp).
+constexpr float kHalfOverflow = 65520.0f;
+
+struct AlignedDelete {
+  void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kSlabAlignment)); }
+};
+using AlignedBytes = std::unique_ptr<uint8_t[], AlignedDelete>;
+
+AlignedBytes allocate_aligned(size_t bytes) {
+  return AlignedBytes(static_cast<uint8_t*>(
+      ::operator new[](std::max<size_t>(bytes, 1), std::align_val_t(kSlabAlignment))));
+}
+
+}  // namespace
+
+struct DenseKVCache::Page {
+  AlignedBytes keys;
+  AlignedBytes values;
+};
+
+std::string dense_dtype_name(DenseDtype dtype) { return dtype == DenseDtype::f16 ? "f16" : "f32"; }
+
+DenseDtype parse_dense_dtype(const std::string& name) {
+  if (name == "f16") return DenseDtype::f16;
+  if (name == "f32") return DenseDtype::f32;
+  detail::fail("DenseKVCache: dtype must be 'f16' or 'f32', got '{}'", name);
+}
+
+DenseKVCache::DenseKVCache(int kv_heads, int head_dim, DenseDtype dtype, size_t page_tokens)
+    : kv_heads_(kv_heads), head_dim_(head_dim), dtype_(dtype), page_tokens_(page_tokens) {
+  TURBOKV_CHECK(kv_heads >= 1 && kv_heads <= 4096, "DenseKVCache: kv_heads must be in [1, 4096], got {}",
+                kv_heads);
+  TURBOKV_CHECK(head_dim >= 1 && head_dim <= 8192, "DenseKVCache: head_dim must be in [1, 8192], got {}",
+                head_dim);
+  TURBOKV_CHECK(page_tokens >= 1 && page_tokens <= 65536,
+                "DenseKVCache: page_tokens must be in [1, 65536], got {}", page_tokens);
+  TURBOKV_CHECK(dtype == DenseDtype::f16 || dtype == DenseDtype::f32,
+                "DenseKVCache: unknown dtype {}", static_cast<int>(dtype));
+}
+
+DenseKVCache::~DenseKVCache() = default;
+DenseKVCache::DenseKVCache(DenseKVCache&&) noexcept = default;
+DenseKVCache& DenseKVCache::operator=(DenseKVCache&&) noexcept = default;
+
+size_t DenseKVCache::nbytes() const {
+  return size_ * static_cast<size_t>(kv_heads_) * head_dim_ * 2 * element_size();
+}
+
+size_t DenseKVCache::allocated_bytes() const {
+  return pages_.size() * page_tokens_ * kv_heads_ * head_dim_ * 2 * element_size();
+}
+
+size_t DenseKVCache::tokens_in_page(size_t page) const {
+  TURBOKV_CHECK(page < pages_.size(), "DenseKVCache: page {} out of range ({} pages)", page,
+                pages_.size());
+  return std::min(page_tokens_, size_ - page * page_tokens_);
+}
+
+uint8_t* DenseKVCache::slab(size_t page, int head, bool value) const {
+  const size_t head_bytes = page_tokens_ * head_dim_ * element_size();
+  uint8_t* base = value ? pages_[page]->values.get() : pages_[page]->keys.get();
+  return base + static_cast<size_t>(head) * head_bytes;
+}
+
+const void* DenseKVCache::key_page(size_t page, int head) const {
+  TURBOKV_CHECK(page < pages_.size() && head >= 0 && head < kv_heads_,
+                "DenseKVCache: key_page({}, {}) out of range ({} pages, {} heads)", page, head,
+                pages_.size(), kv_heads_);
+  return slab(page, head, false);
+}
+
+const void* DenseKVCache::value_page(size_t page, int head) const {
+  TURBOKV_CHECK(page < pages_.size() && head >= 0 && head < kv_heads_,
+                "DenseKVCache: value_page({}, {}) out of range ({} pages, {} heads)", page, head,
+                pages_.size(), kv_heads_);
+  return slab(page, head, true);
+}
+
+void DenseKVCache::add_page() {
+  const size_t bytes = page_tokens_ * kv_heads_ * head_dim_ * element_size();
+  auto page = std::make_unique<Page>();
+  page->keys = allocate_aligned(bytes);
+  page->values = allocate_aligned(bytes);
+  pages_.push_back(std::move(page));
+}
+
+void DenseKVCache::check_finite(std::span<const float> data, const char* what) const {
+  if (allow_non_finite_) return;
+  const float limit = dtype_ == DenseDtype::f16 ? kHalfOverflow
+                                                : std::numeric_limits<float>::max();
+  for (size_t i = 0; i < data.size(); ++i) {
+    const float x = data[i];
+    if (!(std::fabs(x) <= limit)) {  // also true for NaN
+      if (!std::isfinite(x)) {
+        detail::fail("DenseKVCache::append: {} element {} is {} (NaN/Inf input is rejected)",
+                     what, i, x);
+      }
+      detail::fail("DenseKVCache::append: {} element {} = {} overflows fp16 storage", what, i, x);
+    }
+  }
+}
+
+void DenseKVCache::append(std::span<const float> keys, std::span<const float> values,
+                          size_t n_tokens) {
+  const size_t row = static_cast<size_t>(kv_heads_) * head_dim_;
+  TURBOKV_CHECK(n_tokens <= (size_t{1} << 40) / row,
+                "DenseKVCache::append: n_tokens {} is too large", n_tokens);
+  const size_t expected = n_tokens * row;
+  TURBOKV_CHECK(keys.size() == expected && values.size() == expected,
+                "DenseKVCache::append: expected {} floats ([{}][{}][{}]) for keys and values, got "
+                "{} and {}",
+                expected, kv_heads_, n_tokens, head_dim_, keys.size(), values.size());
+  check_finite(keys, "keys");
+  check_finite(values, "values");
+
+  const size_t d = head_dim_;
+  size_t done = 0;
+  while (done < n_tokens) {
+    const size_t pos = size_ + done;
+    const size_t page = pos / page_tokens_;
+    const size_t slot = pos % page_tokens_;
+    if (page == pages_.size()) add_page();
+    const size_t count = std::min(page_tokens_ - slot, n_tokens - done);
+    for (int h = 0; h < kv_heads_; ++h) {
+      const float* src_k = keys.data() + (static_cast<size_t>(h) * n_tokens + done) * d;
+      const float* src_v = values.data() + (static_cast<size_t>(h) * n_tokens + done) * d;
+      uint8_t* dst_k = slab(page, h, false) + slot * d * element_size();
+      uint8_t* dst_v = slab(page, h, true) + slot * d * element_size();
+      if (dtype_ == DenseDtype::f32) {
+        std::memcpy(dst_k, src_k, count * d * sizeof(float));
+        std::memcpy(dst_v, src_v, count * d * sizeof(float));
+      } else {
+        auto* hk = reinterpret_cast<uint16_t*>(dst_k);
+        auto* hv = reinterpret_cast<uint16_t*>(dst_v);
+        for (size_t i = 0; i < count * d; ++i) {
+          hk[i] = float_to_half(src_k[i]);
+          hv[i] = float_to_half(src_v[i]);
+        }
+      }
+    }
+    done += count;
+  }
+  size_ += n_tokens;
+}
+
+void DenseKVCache::append_half(std::span<const uint16_t> keys, std::span<const uint16_t> values,
+                               size_t n_tokens, HalfFormat format) {
+  const size_t row = static_cast<size_t>(kv_heads_) * head_dim_;
+  TURBOKV_CHECK(n_tokens <= (size_t{1} << 40) / row,
+                "DenseKVCache::append_half: n_tokens {} is too large", n_tokens);
+  TURBOKV_CHECK(keys.size() == n_tokens * row && values.size() == n_tokens * row,
+                "DenseKVCache::append_half: expected {} elements for keys and values, got {} and {}",
+                n_tokens * row, keys.size(), values.size());
+  auto convert = [format](uint16_t x) {
+    return format == HalfFormat::f16 ? half_to_float(x) : bf16_to_float(x);
+  };
+  std::vector<float> k(keys.size()), v(values.size());
+  std::transform(keys.begin(), keys.end(), k.begin(), convert);
+  std::transform(values.begin(), values.end(), v.begin(), convert);
+  append(k, v, n_tokens);
+}
+
+void DenseKVCache::fetch_range(size_t first, size_t count, std::span<float> keys,
+                               std::span<float> values) const {
+  TURBOKV_CHECK(first <= size_ && count <= size_ - first,
+                "DenseKVCache::fetch_range: tokens [{}, {}+{}) out of range (size {})", first,
+                first, count, size_);
+  const size_t d = head_dim_;
+  const size_t expected = static_cast<size_t>(kv_heads_) * count * d;
+  TURBOKV_CHECK(keys.size() == expected && values.size() == expected,
+                "DenseKVCache::fetch: expected {} floats ([{}][{}][{}]) for keys and values, got "
+                "{} and {}",
+                expected, kv_heads_, count, head_dim_, keys.size(), values.size());
+  size_t done = 0;
+  while (done < count) {
+    const size_t pos = first + done;
+    const size_t page = pos / page_tokens_;
+    const size_t slot = pos % page_tokens_;
+    const size_t n = std::min(page_tokens_ - slot, count - done);
+    for (int h = 0; h < kv_heads_; ++h) {
+      float* dst_k = keys.data() + (static_cast<size_t>(h) * count + done) * d;
+      float* dst_v = values.data() + (static_cast<size_t>(h) * count + done) * d;
+      const uint8_t* src_k = slab(page, h, false) + slot * d * element_size();
+      const uint8_t* src_v = slab(page, h, true) + slot * d * element_size();
+      if (dtype_ == DenseDtype::f32) {
+        std::memcpy(dst_k, src_k, n * d * sizeof(float));
+        std::memcpy(dst_v, src_v, n * d * sizeof(float));
+      } else {
+        const auto* hk = reinterpret_cast<const uint16_t*>(src_k);
+        const auto* hv = reinterpret_cast<const uint16_t*>(src_v);
+        for (size_t i = 0; i < n * d; ++i) {
+          dst_k[i] = half_to_float(hk[i]);
+          dst_v[i] = half_to_float(hv[i]);
+        }
+      }
+    }
+    done += n;
+  }
+}
+
+void DenseKVCache::fetch(std::span<float> keys, std::span<float> values) const {
+  fetch_range(0, size_, keys, values);
+}
+
+size_t DenseKVCache::trim(size_t n) {
+  const size_t dropped = std::min(n, size_);
+  size_ -= dropped;
+  const size_t pages_needed = (size_ + page_tokens_ - 1) / page_tokens_;
+  pages_.resize(pages_needed);  // frees whole pages; keeps the page table's capacity
+  return dropped;
+}
+
+// Saved state: metadata {class, kv_heads, head_dim, dtype, page_tokens, tokens} and tensors
+// "keys", "values": [kv_heads][tokens][head_dim] F16 or F32 (pages concatenated per head).
+CacheState DenseKVCache::save_state() const {
+  CacheState state;
+  state.metadata = {{"class", class_name()},
+                    {"kv_heads", std::to_string(kv_heads_)},
+                    {"head_dim", std::to_string(head_dim_)},
+                    {"dtype", dense_dtype_name(dtype_)},
+                    {"page_tokens", std::to_string(page_tokens_)},
+                    {"tokens", std::to_string(size_)}};
+  const std::string dtype = dtype_ == DenseDtype::f16 ? "F16" : "F32";
+  const std::vector<int64_t> shape = {kv_heads_, static_cast<int64_t>(size_), head_dim_};
+  const size_t row_bytes = head_dim_ * element_size();
+  for (int which = 0; which < 2; ++which) {
+    TensorBlob blob{which == 0 ? "keys" : "values", dtype, shape, {}};
+    blob.data.resize(kv_heads_ * size_ * row_bytes);
+    for (int h = 0; h < kv_heads_; ++h) {
+      for (size_t p = 0; p < pages_.size(); ++p) {
+        const size_t n = tokens_in_page(p);
+        std::memcpy(blob.data.data() + (h * size_ + p * page_tokens_) * row_bytes,
+                    slab(p, h, which == 1), n * row_bytes);
+      }
+    }
+    state.tensors.push_back(std::move(blob));
+  }
+  return state;
+}
+
+std::unique_ptr<DenseKVCache> DenseKVCache::from_state(const CacheState& state) {
+  TURBOKV_CHECK(detail::meta_string(state, "class") == "dense",
+                "DenseKVCache: state has class '{}', expected 'dense'",
+                detail::meta_string(state, "class"));
+  const int kv_heads = static_cast<int>(detail::meta_int(state, "kv_heads", 1, 4096));
+  const int head_dim = static_cast<int>(detail::meta_int(state, "head_dim", 1, 8192));
+  const DenseDtype dtype = parse_dense_dtype(detail::meta_string(state, "dtype"));
+  const auto page_tokens = static_cast<size_t>(detail::meta_int(state, "page_tokens", 1, 65536));
+  const auto tokens = static_cast<size_t>(
+      detail::meta_int(state, "tokens", 0, (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim)));
+  detail::check_tensor_names(state, {"keys", "values"});
+  const std::string dt = dtype == DenseDtype::f16 ? "F16" : "F32";
+  const std::vector<int64_t> shape = {kv_heads, static_cast<int64_t>(tokens), head_dim};
+  // find_tensor checks the byte count against the shape before anything is allocated.
+  const TensorBlob& keys = detail::find_tensor(state, "keys", dt, shape);
+  const TensorBlob& values = detail::find_tensor(state, "values", dt, shape);
+
+  auto cache = std::make_unique<DenseKVCache>(kv_heads, head_dim, dtype, page_tokens);
+  cache->allow_non_finite_ = true;  // restore exactly what was stored
+  const size_t row_bytes = head_dim * cache->element_size();
+  const size_t n_pages = (tokens + page_tokens - 1) / page_tokens;
+  for (size_t p = 0; p < n_pages; ++p) cache->add_page();
+  cache->size_ = tokens;
+  for (int which = 0; which < 2; ++which) {
+    const TensorBlob& blob = which == 0 ? keys : values;
+    for (int h = 0; h < kv_heads; ++h) {
+      for (size_t p = 0; p < n_pages; ++p) {
+        const size_t n = cache->tokens_in_page(p);
+        std::memcpy(cache->slab(p, h, which == 1),
+                    blob.data.data() + (h * tokens + p * page_tokens) * row_bytes, n * row_bytes);
+      }
+    }
+  }
+  cache->allow_non_finite_ = false;
+  return cache;
+}
+
+}  // namespace turbokv
