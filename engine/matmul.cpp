@@ -1,0 +1,171 @@
+// matvec / matmul: validation, dispatch and the split of rows over the thread pool, plus the
+// portable scalar kernels (decode a row, then a plain dot product).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "engine/matmul_kernels.hpp"
+#include "engine/tensor_types.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv::engine {
+namespace detail {
+namespace {
+
+float scalar_dot_f32(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+template <GgmlType T>
+void scalar_decode(const uint8_t* row, int64_t cols, float* out) {
+  dequantize_row(WeightMatrix{T, 1, cols, row}, 0, out);
+}
+
+template <GgmlType T>
+float scalar_dot(const uint8_t* row, const float* x, int64_t cols) {
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(cols));
+  scalar_decode<T>(row, cols, buffer.data());
+  return scalar_dot_f32(buffer.data(), x, cols);
+}
+
+void scalar_dot4x2(const float* const* w, const float* const* x, int64_t cols, float* out) {
+  for (int r = 0; r < 4; ++r) {
+    for (int t = 0; t < 2; ++t) out[r * 2 + t] = scalar_dot_f32(w[r], x[t], cols);
+  }
+}
+
+template <GgmlType T>
+RowKernels make_scalar() {
+  return RowKernels{&scalar_dot<T>, &scalar_decode<T>, &scalar_dot4x2, &scalar_dot_f32};
+}
+
+}  // namespace
+
+RowKernels scalar_kernels(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return make_scalar<GgmlType::F32>();
+    case GgmlType::F16: return make_scalar<GgmlType::F16>();
+    case GgmlType::BF16: return make_scalar<GgmlType::BF16>();
+    case GgmlType::Q8_0: return make_scalar<GgmlType::Q8_0>();
+    case GgmlType::Q4_0: return make_scalar<GgmlType::Q4_0>();
+    case GgmlType::Q4_K: return make_scalar<GgmlType::Q4_K>();
+    case GgmlType::Q6_K: return make_scalar<GgmlType::Q6_K>();
+  }
+  throw Error(fmt::format("no kernels for tensor type {}", static_cast<uint32_t>(type)));
+}
+
+}  // namespace detail
+
+namespace {
+
+std::atomic<bool> g_force_scalar{false};
+
+detail::RowKernels kernels_for(GgmlType type) {
+  if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) {
+    return detail::avx2_kernels(type);
+  }
+  return detail::scalar_kernels(type);
+}
+
+size_t checked_stride(const WeightMatrix& w, const char* what) {
+  if (w.rows < 0) throw Error(fmt::format("{}: negative row count {}", what, w.rows));
+  const size_t stride = row_bytes(w.type, w.cols);
+  if (w.rows > 0 && w.cols > 0 && w.data == nullptr) {
+    throw Error(fmt::format("{}: weight matrix has no data", what));
+  }
+  return stride;
+}
+
+// Rows per task: enough work per chunk that waking the other threads pays off.
+size_t min_rows_per_chunk(int64_t cols) {
+  return std::max<size_t>(1, 16384 / static_cast<size_t>(std::max<int64_t>(cols, 1)));
+}
+
+}  // namespace
+
+const char* kernel_isa() {
+  if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) return "avx2";
+  return "scalar";
+}
+
+void force_scalar_kernels(bool scalar) { g_force_scalar.store(scalar, std::memory_order_relaxed); }
+
+void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool& pool) {
+  const size_t stride = checked_stride(w, "matvec");
+  const detail::RowKernels k = kernels_for(w.type);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  pool.parallel_for(
+      static_cast<size_t>(w.rows),
+      [&](size_t begin, size_t end) {
+        for (size_t r = begin; r < end; ++r) y[r] = k.dot(base + r * stride, x, w.cols);
+      },
+      min_rows_per_chunk(w.cols));
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  if (n < 0) throw Error(fmt::format("matmul: negative batch size {}", n));
+  if (n == 1) return matvec(w, x, y, pool);
+  const size_t stride = checked_stride(w, "matmul");
+  if (n == 0 || w.rows == 0) return;
+  const detail::RowKernels k = kernels_for(w.type);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t cols = w.cols;
+  const int64_t rows = w.rows;
+  const int64_t tiles = (rows + 3) / 4;
+  pool.parallel_for(
+      static_cast<size_t>(tiles),
+      [&](size_t tile_begin, size_t tile_end) {
+        // Four decoded rows at a time; F32 rows are used in place.
+        thread_local std::vector<float> decoded;
+        decoded.resize(static_cast<size_t>(4 * cols));
+        for (size_t tile = tile_begin; tile < tile_end; ++tile) {
+          const int64_t r0 = static_cast<int64_t>(tile) * 4;
+          const int rows_here = static_cast<int>(std::min<int64_t>(4, rows - r0));
+          const float* wr[4];
+          for (int i = 0; i < rows_here; ++i) {
+            const uint8_t* src = base + static_cast<size_t>(r0 + i) * stride;
+            if (w.type == GgmlType::F32) {
+              wr[i] = reinterpret_cast<const float*>(src);
+            } else {
+              float* dst = decoded.data() + static_cast<size_t>(i) * static_cast<size_t>(cols);
+              k.decode(src, cols, dst);
+              wr[i] = dst;
+            }
+          }
+          int64_t t = 0;
+          if (rows_here == 4) {
+            for (; t + 2 <= n; t += 2) {
+              const float* xs[2] = {x + t * cols, x + (t + 1) * cols};
+              float out[8];
+              k.dot4x2(wr, xs, cols, out);
+              for (int i = 0; i < 4; ++i) {
+                y[t * rows + r0 + i] = out[i * 2];
+                y[(t + 1) * rows + r0 + i] = out[i * 2 + 1];
+              }
+            }
+          }
+          for (; t < n; ++t) {
+            for (int i = 0; i < rows_here; ++i) y[t * rows + r0 + i] = k.dot_f32(wr[i], x + t * cols, cols);
+          }
+        }
+      },
+      std::max<size_t>(1, min_rows_per_chunk(cols) / 4));
+}
+
+void matvec_reference(const WeightMatrix& w, const float* x, float* y) {
+  checked_stride(w, "matvec_reference");
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w, r, row.data());
+    double sum = 0.0;
+    for (int64_t i = 0; i < w.cols; ++i) sum += static_cast<double>(row[i]) * x[i];
+    y[r] = static_cast<float>(sum);
+  }
+}
+
+}  // namespace turbokv::engine

@@ -1,0 +1,30 @@
+// Internal: per-type row kernels behind matvec/matmul, one table per instruction set.
+// Dispatch happens once per matvec/matmul call (kernels_for()), never per row.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor_types.hpp"
+
+namespace turbokv::engine::detail {
+
+// Dot product of one encoded row (cols values) with x.
+using RowDotFn = float (*)(const uint8_t* row, const float* x, int64_t cols);
+// Decodes one encoded row into out[cols].
+using RowDecodeFn = void (*)(const uint8_t* row, int64_t cols, float* out);
+// out[r * 2 + t] = dot(w[r], x[t]) for r < 4, t < 2: the register tile of the batched product.
+using Dot4x2Fn = void (*)(const float* const* w, const float* const* x, int64_t cols, float* out);
+
+struct RowKernels {
+  RowDotFn dot = nullptr;
+  RowDecodeFn decode = nullptr;
+  Dot4x2Fn dot4x2 = nullptr;
+  float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
+};
+
+RowKernels scalar_kernels(GgmlType type);
+// Returns false if this CPU (or build) has no AVX2/FMA/F16C.
+bool avx2_available();
+RowKernels avx2_kernels(GgmlType type);
+
+}  // namespace turbokv::engine::detail
