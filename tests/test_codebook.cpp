@@ -1,0 +1,160 @@
+// LloydMaxCodebook: the exact distortion figures of the TurboQuant paper at d = 128, the ~4x
+// fall per bit up to 8 bits, Lloyd optimality (centroid = conditional mean, checked by an
+// independent Monte Carlo), symmetry, small d (d = 2 arcsine, d = 3 uniform), caching and
+// argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "turbokv/codebook.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv {
+namespace {
+
+TEST(Codebook, PaperDistortionAtDim128) {
+  const double expected[4] = {0.3609, 0.1160, 0.0340, 0.0093};
+  for (int bits = 1; bits <= 4; ++bits) {
+    const auto& cb = LloydMaxCodebook::get(128, bits);
+    EXPECT_NEAR(cb.unit_vector_mse(), expected[bits - 1], 0.01 * expected[bits - 1]) << bits;
+  }
+}
+
+TEST(Codebook, DistortionFallsAboutFourTimesPerBit) {
+  for (int dim : {8, 64, 128, 256}) {
+    for (int bits = 2; bits <= 8; ++bits) {
+      const double ratio = LloydMaxCodebook::get(dim, bits - 1).unit_vector_mse() /
+                           LloydMaxCodebook::get(dim, bits).unit_vector_mse();
+      EXPECT_GT(ratio, 3.0) << dim << " " << bits;
+      EXPECT_LT(ratio, 4.6) << dim << " " << bits;
+    }
+  }
+}
+
+TEST(Codebook, ShapeIsSymmetricAscendingWithMidpointBoundaries) {
+  for (int dim : {2, 3, 8, 128, 1000}) {
+    for (int bits = 1; bits <= 8; ++bits) {
+      const auto& cb = LloydMaxCodebook::get(dim, bits);
+      ASSERT_EQ(cb.levels(), 1 << bits);
+      ASSERT_EQ(cb.centroids().size(), size_t(cb.levels()));
+      ASSERT_EQ(cb.boundaries().size(), size_t(cb.levels() - 1));
+      const auto c = cb.centroids();
+      for (int i = 0; i < cb.levels(); ++i) {
+        EXPECT_EQ(c[i], -c[cb.levels() - 1 - i]);
+        EXPECT_GT(c[i], -1.0f);
+        EXPECT_LT(c[i], 1.0f);
+        if (i > 0) {
+          EXPECT_LT(c[i - 1], c[i]);
+          EXPECT_NEAR(cb.boundaries()[i - 1], 0.5 * (c[i - 1] + c[i]), 1e-7);
+        }
+      }
+    }
+  }
+}
+
+// d = 3: a coordinate is uniform on [-1, 1]; Lloyd-Max is the uniform quantizer with
+// error (2/L)^2 / 12 per coordinate.
+TEST(Codebook, Dim3IsUniformQuantizer) {
+  for (int bits = 1; bits <= 6; ++bits) {
+    const auto& cb = LloydMaxCodebook::get(3, bits);
+    const int levels = cb.levels();
+    for (int i = 0; i < levels; ++i) {
+      EXPECT_NEAR(cb.centroids()[i], -1.0 + (2.0 * i + 1.0) / levels, 1e-6);
+    }
+    const double step = 2.0 / levels;
+    EXPECT_NEAR(cb.unit_vector_mse(), 3.0 * step * step / 12.0, 1e-9);
+  }
+}
+
+// d = 2: x = cos(theta) with theta uniform (arcsine law, singular at +-1). 1 bit: centroids
+// +-E|x| = +-2/pi, error per coordinate 1/2 - 4/pi^2.
+TEST(Codebook, Dim2ArcsineOneBitClosedForm) {
+  const auto& cb = LloydMaxCodebook::get(2, 1);
+  EXPECT_NEAR(cb.centroids()[1], 2.0 / std::numbers::pi, 1e-7);  // float centroid
+  EXPECT_NEAR(cb.unit_vector_mse(), 2.0 * (0.5 - 4.0 / (std::numbers::pi * std::numbers::pi)), 1e-9);
+}
+
+// Independent check of optimality and of the reported error: sample coordinates of uniform
+// unit vectors (Gaussian direction), quantize, compare with the solver's integrals.
+TEST(Codebook, MonteCarloAgreesAtSmallAndLargeDim) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal;
+  for (int dim : {2, 5, 8, 64}) {
+    std::vector<double> v(dim);
+    for (int bits : {1, 2, 3}) {
+      const auto& cb = LloydMaxCodebook::get(dim, bits);
+      const int samples = 200000 / dim + 20000;
+      std::vector<double> sum(cb.levels(), 0.0), count(cb.levels(), 0.0);
+      double err = 0.0, err2 = 0.0;
+      int total = 0;
+      for (int s = 0; s < samples; ++s) {
+        double norm = 0.0;
+        for (auto& x : v) {
+          x = normal(rng);
+          norm += x * x;
+        }
+        norm = std::sqrt(norm);
+        for (int j = 0; j < std::min(dim, 8); ++j) {
+          const double x = v[j] / norm;
+          const int idx = cb.quantize(static_cast<float>(x));
+          const double e = (x - cb.centroids()[idx]) * (x - cb.centroids()[idx]) * dim;
+          err += e;
+          err2 += e * e;
+          sum[idx] += x;
+          count[idx] += 1;
+          ++total;
+        }
+      }
+      const double mean = err / total;
+      const double se = std::sqrt((err2 / total - mean * mean) / total);
+      // Samples of one vector are correlated (within 8 coordinates); allow 6 standard errors.
+      EXPECT_NEAR(mean, cb.unit_vector_mse(), 6 * se + 1e-4) << dim << " " << bits;
+      for (int i = 0; i < cb.levels(); ++i) {
+        if (count[i] < 2000) continue;
+        EXPECT_NEAR(sum[i] / count[i], cb.centroids()[i], 0.02) << dim << " " << bits << " " << i;
+      }
+    }
+  }
+}
+
+TEST(Codebook, QuantizeReturnsNearestCentroid) {
+  const auto& cb = LloydMaxCodebook::get(128, 4);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uni(-0.5f, 0.5f);
+  for (int s = 0; s < 10000; ++s) {
+    const float x = uni(rng);
+    const int idx = cb.quantize(x);
+    const float best = std::abs(x - cb.centroids()[idx]);
+    for (float c : cb.centroids()) EXPECT_LE(best, std::abs(x - c) + 1e-7f);
+  }
+  EXPECT_EQ(cb.quantize(-1.0f), 0);
+  EXPECT_EQ(cb.quantize(1.0f), 15);
+}
+
+TEST(Codebook, CachedAndThreadSafe) {
+  std::vector<const LloydMaxCodebook*> seen(4, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] { seen[t] = &LloydMaxCodebook::get(96, 5); });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 1; t < 4; ++t) EXPECT_EQ(seen[t], seen[0]);
+  EXPECT_EQ(&LloydMaxCodebook::get(96, 5), seen[0]);
+  EXPECT_EQ(seen[0]->checksum(), LloydMaxCodebook(96, 5).checksum());
+  EXPECT_NE(seen[0]->checksum(), LloydMaxCodebook::get(96, 4).checksum());
+}
+
+TEST(Codebook, RejectsBadArguments) {
+  EXPECT_THROW(LloydMaxCodebook::get(1, 2), Error);
+  EXPECT_THROW(LloydMaxCodebook::get(0, 2), Error);
+  EXPECT_THROW(LloydMaxCodebook::get(128, 0), Error);
+  EXPECT_THROW(LloydMaxCodebook::get(128, 9), Error);
+  EXPECT_THROW(LloydMaxCodebook(128, -1), Error);
+}
+
+}  // namespace
+}  // namespace turbokv
