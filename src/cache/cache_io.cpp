@@ -1,0 +1,227 @@
+// PromptCache and its single-file safetensors format (see cache_io.hpp and docs/formats.md).
+#include "turbokv/cache_io.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "cache/safetensors.hpp"
+#include "core/check.hpp"
+
+namespace turbokv {
+namespace {
+
+constexpr const char* kFormatName = "turbokv.prompt_cache";
+constexpr size_t kMaxLayers = 65536;
+
+// Parses "layers.<i>.<rest>"; returns false if `key` does not start with "layers.". Throws on a
+// malformed index.
+bool split_layer_key(const std::string& key, const std::string& file, size_t n_layers,
+                     size_t* layer, std::string* rest) {
+  static const std::string prefix = "layers.";
+  if (key.rfind(prefix, 0) != 0) return false;
+  const size_t dot = key.find('.', prefix.size());
+  const std::string index = key.substr(prefix.size(), dot == std::string::npos ? std::string::npos
+                                                                               : dot - prefix.size());
+  size_t value = 0;
+  auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), value);
+  TURBOKV_CHECK(dot != std::string::npos && dot + 1 < key.size() && !index.empty() &&
+                    ec == std::errc() && end == index.data() + index.size() &&
+                    index == std::to_string(value),
+                "'{}': malformed layer key '{}' (expected layers.<index>.<name>)", file, key);
+  TURBOKV_CHECK(value < n_layers, "'{}': key '{}' names layer {} but the file has {} layers",
+                file, key, value, n_layers);
+  *layer = value;
+  *rest = key.substr(dot + 1);
+  return true;
+}
+
+struct Layout {
+  int version = 0;
+  std::map<std::string, std::string> user;
+  std::vector<std::map<std::string, std::string>> layer_metadata;
+  // Per layer: (name inside the layer, tensor info in the file).
+  std::vector<std::vector<std::pair<std::string, const safetensors::TensorInfo*>>> layer_tensors;
+};
+
+Layout parse_layout(const safetensors::Reader& reader) {
+  const std::string& file = reader.source_name();
+  const auto& meta = reader.metadata();
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = meta.find(key);
+    TURBOKV_CHECK(it != meta.end(), "'{}': not a turbokv prompt cache (no '{}' metadata)", file,
+                  key);
+    return it->second;
+  };
+  TURBOKV_CHECK(get("format") == kFormatName,
+                "'{}': not a turbokv prompt cache (format is '{}', expected '{}')", file,
+                get("format"), kFormatName);
+  Layout layout;
+  const std::string& version = get("format_version");
+  auto [vend, vec] = std::from_chars(version.data(), version.data() + version.size(),
+                                     layout.version);
+  TURBOKV_CHECK(vec == std::errc() && vend == version.data() + version.size() &&
+                    layout.version >= 1,
+                "'{}': invalid format_version '{}'", file, version);
+  TURBOKV_CHECK(layout.version <= kPromptCacheFormatVersion,
+                "'{}': format version {} is newer than this build supports ({}); upgrade turbokv",
+                file, layout.version, kPromptCacheFormatVersion);
+  const std::string& n_str = get("n_layers");
+  size_t n_layers = 0;
+  auto [nend, nec] = std::from_chars(n_str.data(), n_str.data() + n_str.size(), n_layers);
+  TURBOKV_CHECK(nec == std::errc() && nend == n_str.data() + n_str.size() && !n_str.empty() &&
+                    n_layers <= kMaxLayers,
+                "'{}': invalid n_layers '{}' (at most {})", file, n_str, kMaxLayers);
+  layout.layer_metadata.resize(n_layers);
+  layout.layer_tensors.resize(n_layers);
+
+  for (const auto& [key, value] : meta) {
+    if (key == "format" || key == "format_version" || key == "n_layers") continue;
+    if (key.rfind("user.", 0) == 0) {
+      layout.user[key.substr(5)] = value;
+      continue;
+    }
+    size_t layer = 0;
+    std::string rest;
+    TURBOKV_CHECK(split_layer_key(key, file, n_layers, &layer, &rest),
+                  "'{}': unknown metadata key '{}'", file, key);
+    layout.layer_metadata[layer][rest] = value;
+  }
+  for (const auto& info : reader.tensors()) {
+    size_t layer = 0;
+    std::string rest;
+    TURBOKV_CHECK(split_layer_key(info.name, file, n_layers, &layer, &rest),
+                  "'{}': tensor '{}' belongs to no layer", file, info.name);
+    layout.layer_tensors[layer].emplace_back(rest, &info);
+  }
+  for (size_t i = 0; i < n_layers; ++i) {
+    TURBOKV_CHECK(layout.layer_metadata[i].count("class") == 1,
+                  "'{}': layer {} has no 'class' metadata", file, i);
+  }
+  return layout;
+}
+
+PromptCache load_from_reader(const safetensors::Reader& reader) {
+  const Layout layout = parse_layout(reader);
+  PromptCache cache;
+  cache.metadata() = layout.user;
+  for (size_t i = 0; i < layout.layer_metadata.size(); ++i) {
+    CacheState state;
+    state.metadata = layout.layer_metadata[i];
+    for (const auto& [name, info] : layout.layer_tensors[i]) {
+      state.tensors.push_back(reader.read(*info, name));
+    }
+    try {
+      cache.add_layer(load_kv_cache(state));
+    } catch (const Error& e) {
+      detail::fail("'{}': layer {}: {}", reader.source_name(), i, e.what());
+    }
+  }
+  return cache;
+}
+
+// Flattens the cache into file metadata and tensors (layer states are kept alive in `states`).
+std::map<std::string, std::string> flatten(const PromptCache& cache,
+                                           std::vector<CacheState>* states,
+                                           std::vector<const TensorBlob*>* tensors) {
+  std::map<std::string, std::string> meta = {
+      {"format", kFormatName},
+      {"format_version", std::to_string(kPromptCacheFormatVersion)},
+      {"n_layers", std::to_string(cache.n_layers())}};
+  for (const auto& [k, v] : cache.metadata()) meta["user." + k] = v;
+  states->reserve(cache.n_layers());
+  for (size_t i = 0; i < cache.n_layers(); ++i) {
+    states->push_back(cache.layer(i).save_state());
+    CacheState& state = states->back();
+    state.metadata["class"] = cache.layer(i).class_name();
+    const std::string prefix = fmt::format("layers.{}.", i);
+    for (const auto& [k, v] : state.metadata) meta[prefix + k] = v;
+    for (TensorBlob& t : state.tensors) {
+      t.name = prefix + t.name;
+      tensors->push_back(&t);
+    }
+  }
+  return meta;
+}
+
+}  // namespace
+
+PromptCache::PromptCache(std::vector<std::unique_ptr<KVCache>> layers) {
+  for (auto& l : layers) add_layer(std::move(l));
+}
+
+KVCache& PromptCache::layer(size_t i) {
+  TURBOKV_CHECK(i < layers_.size(), "PromptCache: layer {} out of range ({} layers)", i,
+                layers_.size());
+  return *layers_[i];
+}
+
+const KVCache& PromptCache::layer(size_t i) const {
+  TURBOKV_CHECK(i < layers_.size(), "PromptCache: layer {} out of range ({} layers)", i,
+                layers_.size());
+  return *layers_[i];
+}
+
+void PromptCache::add_layer(std::unique_ptr<KVCache> cache) {
+  TURBOKV_CHECK(cache != nullptr, "PromptCache::add_layer: null cache");
+  layers_.push_back(std::move(cache));
+}
+
+size_t PromptCache::size() const { return layers_.empty() ? 0 : layers_[0]->size(); }
+
+size_t PromptCache::nbytes() const {
+  size_t total = 0;
+  for (const auto& l : layers_) total += l->nbytes();
+  return total;
+}
+
+size_t PromptCache::trim(size_t n) {
+  size_t dropped = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const size_t d = layers_[i]->trim(n);
+    if (i == 0) dropped = d;
+  }
+  return dropped;
+}
+
+void save_prompt_cache(const std::string& path, const PromptCache& cache) {
+  std::vector<CacheState> states;
+  std::vector<const TensorBlob*> tensors;
+  const auto meta = flatten(cache, &states, &tensors);
+  safetensors::write_file(path, meta, tensors);
+}
+
+std::vector<uint8_t> serialize_prompt_cache(const PromptCache& cache) {
+  std::vector<CacheState> states;
+  std::vector<const TensorBlob*> tensors;
+  const auto meta = flatten(cache, &states, &tensors);
+  return safetensors::serialize(meta, tensors);
+}
+
+PromptCache load_prompt_cache(const std::string& path) {
+  return load_from_reader(safetensors::Reader(safetensors::open_file_source(path)));
+}
+
+PromptCache parse_prompt_cache(std::span<const uint8_t> bytes, const std::string& name) {
+  return load_from_reader(safetensors::Reader(safetensors::memory_source(bytes, name)));
+}
+
+PromptCacheFileInfo read_prompt_cache_info(const std::string& path) {
+  auto source = safetensors::open_file_source(path);
+  const uint64_t file_bytes = source->size();
+  const safetensors::Reader reader(std::move(source));
+  const Layout layout = parse_layout(reader);
+  PromptCacheFileInfo info;
+  info.format_version = layout.version;
+  info.file_bytes = file_bytes;
+  info.user_metadata = layout.user;
+  info.layers = layout.layer_metadata;
+  for (const auto& tensors : layout.layer_tensors) {
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : tensors) bytes += t->end - t->begin;
+    info.layer_tensor_bytes.push_back(bytes);
+  }
+  return info;
+}
+
+}  // namespace turbokv

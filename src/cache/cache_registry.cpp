@@ -1,0 +1,88 @@
+// The cache class registry: which loader rebuilds a saved layer of each class.
+//
+// The built-in classes are an explicit table rather than static self-registration, because a
+// registration object in a static library's translation unit that nothing references is dropped
+// by the linker. Adding a class = one line in kBuiltinClasses (plus its declaration above it).
+#include <algorithm>
+#include <mutex>
+
+#include "core/check.hpp"
+#include "turbokv/cache_io.hpp"
+#include "turbokv/dense_cache.hpp"
+
+namespace turbokv {
+namespace {
+
+struct BuiltinClass {
+  const char* name;
+  std::unique_ptr<KVCache> (*load)(const CacheState&);
+};
+
+std::unique_ptr<KVCache> load_dense(const CacheState& s) { return DenseKVCache::from_state(s); }
+
+// Baselines: add {"<class_name>", &<loader>} lines here.
+const BuiltinClass kBuiltinClasses[] = {
+    {"dense", &load_dense},
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, CacheFactory> runtime;  // run-time registrations win over the table
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_cache_class(const std::string& class_name, CacheFactory factory) {
+  TURBOKV_CHECK(!class_name.empty(), "register_cache_class: empty class name");
+  TURBOKV_CHECK(static_cast<bool>(factory), "register_cache_class: null factory for '{}'",
+                class_name);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.runtime[class_name] = std::move(factory);
+}
+
+std::vector<std::string> registered_cache_classes() {
+  std::vector<std::string> names;
+  for (const auto& c : kBuiltinClasses) names.emplace_back(c.name);
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    for (const auto& [name, f] : r.runtime) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::unique_ptr<KVCache> load_kv_cache(const CacheState& state) {
+  auto it = state.metadata.find("class");
+  TURBOKV_CHECK(it != state.metadata.end(), "load_kv_cache: the state has no 'class' metadata");
+  const std::string& name = it->second;
+  CacheFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    if (auto f = r.runtime.find(name); f != r.runtime.end()) factory = f->second;
+  }
+  std::unique_ptr<KVCache> cache;
+  if (factory) {
+    cache = factory(state);
+  } else {
+    auto b = std::find_if(std::begin(kBuiltinClasses), std::end(kBuiltinClasses),
+                          [&](const BuiltinClass& c) { return name == c.name; });
+    TURBOKV_CHECK(b != std::end(kBuiltinClasses), "load_kv_cache: unknown cache class '{}' "
+                  "(known: {})", name, fmt::join(registered_cache_classes(), ", "));
+    cache = b->load(state);
+  }
+  TURBOKV_CHECK(cache != nullptr, "load_kv_cache: the loader of '{}' returned null", name);
+  TURBOKV_CHECK(cache->class_name() == name,
+                "load_kv_cache: the loader of '{}' built a '{}' cache", name, cache->class_name());
+  return cache;
+}
+
+}  // namespace turbokv

@@ -1,0 +1,405 @@
+// Safetensors reader/writer, the class registry and PromptCache save/load (dense layers here;
+// TurboQuant layers and mixed files are in test_prompt_cache.cpp), and a corpus of broken files
+// each rejected with its own error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cache/safetensors.hpp"
+#include "turbokv/cache_io.hpp"
+#include "turbokv/dense_cache.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv {
+namespace {
+
+std::vector<float> random_tensor(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::unique_ptr<DenseKVCache> filled_dense(int heads, int dim, size_t n, DenseDtype dtype,
+                                           size_t page_tokens, uint32_t seed) {
+  auto cache = std::make_unique<DenseKVCache>(heads, dim, dtype, page_tokens);
+  const auto k = random_tensor(heads * n * dim, seed), v = random_tensor(heads * n * dim, seed + 1);
+  cache->append(k, v, n);
+  return cache;
+}
+
+void expect_same_cache(const KVCache& a, const KVCache& b) {
+  ASSERT_EQ(a.class_name(), b.class_name());
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.kv_heads(), b.kv_heads());
+  ASSERT_EQ(a.head_dim(), b.head_dim());
+  EXPECT_EQ(a.nbytes(), b.nbytes());
+  const CacheState sa = a.save_state(), sb = b.save_state();
+  EXPECT_EQ(sa.metadata, sb.metadata);
+  ASSERT_EQ(sa.tensors.size(), sb.tensors.size());
+  for (size_t i = 0; i < sa.tensors.size(); ++i) {
+    EXPECT_EQ(sa.tensors[i].name, sb.tensors[i].name);
+    EXPECT_EQ(sa.tensors[i].dtype, sb.tensors[i].dtype);
+    EXPECT_EQ(sa.tensors[i].shape, sb.tensors[i].shape);
+    EXPECT_TRUE(sa.tensors[i].data == sb.tensors[i].data) << sa.tensors[i].name;
+  }
+  const size_t n = static_cast<size_t>(a.kv_heads()) * a.size() * a.head_dim();
+  std::vector<float> ka(n), va(n), kb(n), vb(n);
+  a.fetch(ka, va);
+  b.fetch(kb, vb);
+  EXPECT_EQ(0, std::memcmp(ka.data(), kb.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), n * sizeof(float)));
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("turbokv_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+TEST(Safetensors, RoundTripAndLayout) {
+  TensorBlob a{"a", "F32", {2, 3}, std::vector<uint8_t>(24, 7)};
+  TensorBlob b{"b", "U8", {5}, {1, 2, 3, 4, 5}};
+  TensorBlob empty{"c", "F16", {0, 4}, {}};
+  const auto bytes = safetensors::serialize({{"k", "v"}}, {&a, &b, &empty});
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  EXPECT_EQ(header_len % 8, 0u);  // tensor data 8-byte aligned
+  EXPECT_EQ(bytes.size(), 8 + header_len + 24 + 5);
+  const auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header_len);
+  EXPECT_EQ(header["__metadata__"]["k"], "v");
+  EXPECT_EQ(header["a"]["data_offsets"], nlohmann::json({0, 24}));
+  EXPECT_EQ(header["b"]["data_offsets"], nlohmann::json({24, 29}));
+  EXPECT_EQ(header["c"]["data_offsets"], nlohmann::json({29, 29}));
+
+  safetensors::Reader reader(safetensors::memory_source(bytes, "mem"));
+  EXPECT_EQ(reader.metadata().at("k"), "v");
+  ASSERT_EQ(reader.tensors().size(), 3u);
+  const TensorBlob rb = reader.read(*reader.find("b"), "b");
+  EXPECT_EQ(rb.data, b.data);
+  EXPECT_EQ(rb.shape, b.shape);
+  EXPECT_EQ(reader.find("zzz"), nullptr);
+}
+
+TEST(Safetensors, WriterRejectsInconsistentTensors) {
+  TensorBlob bad{"a", "F32", {2, 3}, std::vector<uint8_t>(20)};
+  EXPECT_THROW(safetensors::serialize({}, {&bad}), Error);
+  TensorBlob unknown{"a", "Q4", {1}, {0}};
+  EXPECT_THROW(safetensors::serialize({}, {&unknown}), Error);
+  TensorBlob a{"a", "U8", {1}, {0}};
+  EXPECT_THROW(safetensors::serialize({}, {&a, &a}), Error);
+  EXPECT_THROW(safetensors::serialize({{"bad", std::string("\xff\xfe")}}, {&a}), Error);
+}
+
+TEST(PromptCacheIO, DenseRoundTripIsBitExact) {
+  for (DenseDtype dtype : {DenseDtype::f16, DenseDtype::f32}) {
+    PromptCache cache;
+    cache.add_layer(filled_dense(2, 16, 37, dtype, 8, 1));
+    cache.add_layer(filled_dense(2, 16, 37, dtype, 256, 3));
+    cache.add_layer(std::make_unique<DenseKVCache>(2, 16, dtype));  // empty layer
+    cache.metadata()["model"] = "stories15M";
+    cache.metadata()["token_ids"] = "1,2,3";
+    const std::string path = temp_path("dense.safetensors");
+    save_prompt_cache(path, cache);
+    const PromptCache loaded = load_prompt_cache(path);
+    std::remove(path.c_str());
+    ASSERT_EQ(loaded.n_layers(), 3u);
+    EXPECT_EQ(loaded.metadata(), cache.metadata());
+    EXPECT_EQ(loaded.size(), 37u);
+    EXPECT_EQ(loaded.nbytes(), cache.nbytes());
+    for (size_t i = 0; i < 3; ++i) expect_same_cache(cache.layer(i), loaded.layer(i));
+    // Loaded layers keep their page size, so fused kernels see the same layout.
+    EXPECT_EQ(dynamic_cast<const DenseKVCache&>(loaded.layer(0)).page_tokens(), 8u);
+  }
+}
+
+TEST(PromptCacheIO, InfoReadsHeaderOnly) {
+  PromptCache cache;
+  cache.add_layer(filled_dense(1, 8, 5, DenseDtype::f16, 4, 9));
+  cache.metadata()["model"] = "m";
+  const std::string path = temp_path("info.safetensors");
+  save_prompt_cache(path, cache);
+  const PromptCacheFileInfo info = read_prompt_cache_info(path);
+  EXPECT_EQ(info.format_version, kPromptCacheFormatVersion);
+  EXPECT_EQ(info.file_bytes, std::filesystem::file_size(path));
+  EXPECT_EQ(info.user_metadata.at("model"), "m");
+  ASSERT_EQ(info.layers.size(), 1u);
+  EXPECT_EQ(info.layers[0].at("class"), "dense");
+  EXPECT_EQ(info.layers[0].at("tokens"), "5");
+  EXPECT_EQ(info.layer_tensor_bytes[0], 5u * 8 * 2 * 2);
+  std::remove(path.c_str());
+}
+
+TEST(PromptCacheIO, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
+  const std::string dir = temp_path("dir");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/c.safetensors";
+  PromptCache a, b;
+  a.add_layer(filled_dense(1, 8, 5, DenseDtype::f16, 4, 1));
+  b.add_layer(filled_dense(1, 8, 9, DenseDtype::f16, 4, 2));
+  save_prompt_cache(path, a);
+  save_prompt_cache(path, b);
+  EXPECT_EQ(load_prompt_cache(path).size(), 9u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
+  EXPECT_THROW(save_prompt_cache(dir + "/missing/c.safetensors", a), Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CacheRegistry, ResolvesClassesAndRejectsUnknown) {
+  const auto names = registered_cache_classes();
+  EXPECT_NE(std::find(names.begin(), names.end(), "dense"), names.end());
+  CacheState state = filled_dense(1, 4, 3, DenseDtype::f32, 2, 5)->save_state();
+  EXPECT_EQ(load_kv_cache(state)->size(), 3u);
+  state.metadata["class"] = "nonexistent";
+  EXPECT_THROW(load_kv_cache(state), Error);
+  state.metadata.erase("class");
+  EXPECT_THROW(load_kv_cache(state), Error);
+  // A run-time registration resolves too.
+  register_cache_class("dense_alias_for_test", [](const CacheState& s) {
+    CacheState copy = s;
+    copy.metadata["class"] = "dense";
+    return std::unique_ptr<KVCache>(DenseKVCache::from_state(copy));
+  });
+  state.metadata["class"] = "dense_alias_for_test";
+  // The loader builds a "dense" cache, which disagrees with the requested class.
+  EXPECT_THROW(load_kv_cache(state), Error);
+  EXPECT_THROW(register_cache_class("", [](const CacheState&) { return nullptr; }), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corpus of broken files. Each case mutates a valid file and must be rejected with an Error whose
+// message contains the given text.
+
+struct ValidFile {
+  std::vector<uint8_t> bytes;
+  uint64_t header_len;
+  nlohmann::json header;
+};
+
+ValidFile valid_file() {
+  PromptCache cache;
+  cache.add_layer(filled_dense(2, 8, 6, DenseDtype::f16, 4, 11));
+  cache.add_layer(filled_dense(2, 8, 6, DenseDtype::f32, 4, 12));
+  cache.metadata()["model"] = "x";
+  ValidFile f;
+  f.bytes = serialize_prompt_cache(cache);
+  f.header_len = 0;
+  for (int i = 7; i >= 0; --i) f.header_len = (f.header_len << 8) | f.bytes[i];
+  f.header = nlohmann::json::parse(f.bytes.begin() + 8, f.bytes.begin() + 8 + f.header_len);
+  return f;
+}
+
+// Re-encodes the file with a modified header (the data buffer unchanged).
+std::vector<uint8_t> with_header(const ValidFile& f, const std::string& header_text) {
+  std::vector<uint8_t> out(8);
+  const uint64_t n = header_text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
+  out.insert(out.end(), header_text.begin(), header_text.end());
+  out.insert(out.end(), f.bytes.begin() + 8 + f.header_len, f.bytes.end());
+  return out;
+}
+
+std::vector<uint8_t> with_json(const ValidFile& f, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json h = f.header;
+  edit(h);
+  return with_header(f, h.dump());
+}
+
+struct BrokenCase {
+  std::string name;
+  std::function<std::vector<uint8_t>(const ValidFile&)> make;
+  std::string expected;
+};
+
+std::vector<BrokenCase> broken_corpus() {
+  std::vector<BrokenCase> c;
+  c.push_back({"empty", [](const ValidFile&) { return std::vector<uint8_t>{}; }, "truncated file"});
+  c.push_back({"length_only", [](const ValidFile& f) {
+                 return std::vector<uint8_t>(f.bytes.begin(), f.bytes.begin() + 5);
+               }, "truncated file"});
+  c.push_back({"truncated_header", [](const ValidFile& f) {
+                 return std::vector<uint8_t>(f.bytes.begin(), f.bytes.begin() + 8 + f.header_len / 2);
+               }, "truncated file: header length"});
+  c.push_back({"truncated_data", [](const ValidFile& f) {
+                 return std::vector<uint8_t>(f.bytes.begin(), f.bytes.end() - 3);
+               }, "out of range"});
+  c.push_back({"trailing_bytes", [](const ValidFile& f) {
+                 auto b = f.bytes;
+                 b.push_back(0);
+                 return b;
+               }, "trailing bytes"});
+  c.push_back({"oversized_header_length", [](const ValidFile& f) {
+                 auto b = f.bytes;
+                 b[7] = 0x7f;  // ~9e18 bytes
+                 return b;
+               }, "exceeds the"});
+  c.push_back({"header_length_past_eof", [](const ValidFile& f) {
+                 auto b = f.bytes;
+                 const uint64_t n = f.bytes.size();
+                 for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(n >> (8 * i));
+                 return b;
+               }, "truncated file: header length"});
+  c.push_back({"header_not_json", [](const ValidFile& f) { return with_header(f, "{\"a\": [1, 2"); },
+               "not valid JSON"});
+  c.push_back({"header_garbage", [](const ValidFile& f) {
+                 auto b = f.bytes;
+                 for (size_t i = 8; i < 8 + 16; ++i) b[i] = 0xff;
+                 return b;
+               }, "not valid JSON"});
+  c.push_back({"header_not_object", [](const ValidFile& f) { return with_header(f, "[1, 2, 3]"); },
+               "not an object"});
+  c.push_back({"header_too_deep", [](const ValidFile& f) {
+                 return with_header(f, std::string(5000, '[') + std::string(5000, ']'));
+               }, "nested deeper"});
+  c.push_back({"metadata_not_string", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["n_layers"] = 2; });
+               }, "is not a string"});
+  c.push_back({"no_format", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"].erase("format"); });
+               }, "not a turbokv prompt cache"});
+  c.push_back({"newer_version", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["format_version"] = "2"; });
+               }, "format version 2 is newer"});
+  c.push_back({"bad_version", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["format_version"] = "1x"; });
+               }, "invalid format_version"});
+  c.push_back({"huge_n_layers", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["n_layers"] = "99999999999"; });
+               }, "invalid n_layers"});
+  c.push_back({"fewer_layers_than_keys", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["n_layers"] = "1"; });
+               }, "names layer 1 but the file has 1 layers"});
+  c.push_back({"unknown_metadata_key", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["surprise"] = "1"; });
+               }, "unknown metadata key 'surprise'"});
+  c.push_back({"malformed_layer_key", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["layers.01.x"] = "1"; });
+               }, "malformed layer key"});
+  c.push_back({"missing_class", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"].erase("layers.1.class"); });
+               }, "layer 1 has no 'class'"});
+  c.push_back({"unknown_class", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["layers.0.class"] = "zstd"; });
+               }, "unknown cache class 'zstd'"});
+  c.push_back({"wrong_dtype", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["dtype"] = "I16"; });
+               }, "has dtype I16, expected F16"});
+  c.push_back({"unknown_dtype", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["dtype"] = "Q4"; });
+               }, "unsupported dtype 'Q4'"});
+  c.push_back({"shape_disagrees_with_metadata", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   h["layers.0.keys"]["shape"] = {2, 3, 16};  // same bytes, other shape
+                 });
+               }, "but the metadata says"});
+  c.push_back({"tokens_disagree", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["layers.1.tokens"] = "7"; });
+               }, "but the metadata says"});
+  c.push_back({"shape_disagrees_with_offsets", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["shape"] = {2, 6, 9}; });
+               }, "needs"});
+  c.push_back({"negative_dim", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["shape"] = {2, -6, 8}; });
+               }, "non-negative integer"});
+  c.push_back({"huge_dims_overflow", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   h["layers.0.keys"]["shape"] = {uint64_t{1} << 40, uint64_t{1} << 40, 8};
+                 });
+               }, "overflows"});
+  c.push_back({"offsets_out_of_range", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   h["layers.0.keys"]["data_offsets"] = {uint64_t{1} << 40, (uint64_t{1} << 40) + 192};
+                 });
+               }, "out of range"});
+  c.push_back({"offsets_reversed", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["data_offsets"] = {10, 0}; });
+               }, "reversed"});
+  c.push_back({"offsets_overlap", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   h["layers.0.values"]["data_offsets"] = h["layers.0.keys"]["data_offsets"];
+                 });
+               }, "overlap"});
+  c.push_back({"offsets_gap", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   auto& o = h["layers.0.keys"]["data_offsets"];
+                   o = {o[0].get<uint64_t>() + 2, o[1].get<uint64_t>() + 2};
+                 });
+               }, "leave a gap"});
+  c.push_back({"offsets_not_pair", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["data_offsets"] = {0}; });
+               }, "data_offsets must be [begin, end]"});
+  c.push_back({"extra_tensor_field", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["layers.0.keys"]["x"] = 1; });
+               }, "exactly dtype, shape and data_offsets"});
+  c.push_back({"orphan_tensor", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   auto t = h["layers.0.keys"];
+                   h.erase("layers.0.keys");
+                   h["stray"] = t;
+                 });
+               }, "belongs to no layer"});
+  c.push_back({"missing_tensor", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) {
+                   // rename keys so the layer lacks "keys" (and has an unexpected tensor)
+                   auto t = h["layers.0.keys"];
+                   h.erase("layers.0.keys");
+                   h["layers.0.kez"] = t;
+                 });
+               }, "unexpected tensor 'kez'"});
+  c.push_back({"bad_head_dim", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["layers.0.head_dim"] = "0"; });
+               }, "'head_dim' = 0 is out of range"});
+  c.push_back({"non_numeric_tokens", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["layers.0.tokens"] = "six"; });
+               }, "is not an integer"});
+  c.push_back({"bad_dense_dtype", [](const ValidFile& f) {
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["layers.0.dtype"] = "f8"; });
+               }, "dtype must be 'f16' or 'f32'"});
+  return c;
+}
+
+TEST(PromptCacheIO, BrokenFilesAreRejectedWithTheirError) {
+  const ValidFile f = valid_file();
+  ASSERT_NO_THROW(parse_prompt_cache(f.bytes));
+  for (const BrokenCase& bc : broken_corpus()) {
+    SCOPED_TRACE(bc.name);
+    const auto bytes = bc.make(f);
+    try {
+      parse_prompt_cache(bytes, bc.name);
+      ADD_FAILURE() << bc.name << ": accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (std::getenv("TURBOKV_PRINT_ERRORS")) std::printf("%s\n", msg.c_str());
+      EXPECT_NE(msg.find(bc.expected), std::string::npos) << bc.name << ": " << msg;
+      EXPECT_NE(msg.find(bc.name), std::string::npos) << "message does not name the file: " << msg;
+    }
+  }
+}
+
+TEST(PromptCacheIO, MissingFileAndDirectory) {
+  EXPECT_THROW(load_prompt_cache(temp_path("does_not_exist")), Error);
+  EXPECT_THROW(load_prompt_cache(std::filesystem::temp_directory_path().string()), Error);
+}
+
+// Every truncation of a valid file is rejected (never a crash or a silent partial load).
+TEST(PromptCacheIO, EveryTruncationIsRejected) {
+  const ValidFile f = valid_file();
+  for (size_t n = 0; n < f.bytes.size(); n += 7) {
+    const std::vector<uint8_t> cut(f.bytes.begin(), f.bytes.begin() + n);
+    EXPECT_THROW(parse_prompt_cache(cut), Error) << n;
+  }
+}
+
+}  // namespace
+}  // namespace turbokv
