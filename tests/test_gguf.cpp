@@ -1,0 +1,266 @@
+// GGUF reader/writer: a file built here round-trips every value kind and tensor type; every
+// truncation and a list of corrupted header fields give a turbokv::Error naming the problem.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/gguf.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv::engine {
+namespace {
+
+std::string temp_path(const std::string& name) { return testing::TempDir() + "turbokv_test_gguf_" + name; }
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes, size_t length) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(length));
+}
+
+std::vector<uint8_t> iota_bytes(size_t n, uint8_t start) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(start + i * 7);
+  return v;
+}
+
+GgufWriter sample_writer() {
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_uint32("test.u32", 4000000000u);
+  w.set_int32("test.i32", -12);
+  w.set_uint64("test.u64", 1ull << 40);
+  w.set_float32("test.f32", 0.25f);
+  w.set_bool("test.bool", true);
+  w.set_string_array("test.strings", {"a", "", "héllo", "<|begin_of_text|>"});
+  w.set_float32_array("test.floats", {1.5f, -2.0f});
+  w.set_int32_array("test.ints", {3, -1, 7});
+  w.add_tensor("tok.weight", GgmlType::F32, {3, 5}, iota_bytes(60, 1));
+  w.add_tensor("q8.weight", GgmlType::Q8_0, {64, 3}, iota_bytes(3 * 68, 2));
+  w.add_tensor("norm.weight", GgmlType::F16, {7}, iota_bytes(14, 3));
+  w.add_tensor("dup.a", GgmlType::F32, {1}, iota_bytes(4, 4));
+  w.add_tensor("dup.b", GgmlType::F32, {1}, iota_bytes(4, 5));
+  w.set_alignment(32);
+  return w;
+}
+
+TEST(Gguf, RoundTripsValuesAndTensors) {
+  const std::string path = temp_path("roundtrip.gguf");
+  const GgufWriter writer = sample_writer();
+  writer.write(path);
+  const auto bytes = writer.serialize();
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<uint8_t> on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(on_disk, bytes);
+  }
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 32u);
+  EXPECT_EQ(f.data_offset() % 32, 0u);
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_int("test.u32"), 4000000000ll);
+  EXPECT_EQ(f.get_int("test.i32"), -12);
+  EXPECT_EQ(f.get_int("test.u64"), 1ll << 40);
+  EXPECT_EQ(f.get_float("test.f32"), 0.25);
+  EXPECT_EQ(f.get_float("test.i32"), -12.0);
+  EXPECT_TRUE(f.get_bool("test.bool"));
+  EXPECT_EQ(f.get_string_array("test.strings"),
+            (std::vector<std::string>{"a", "", "héllo", "<|begin_of_text|>"}));
+  EXPECT_EQ(f.get_float_array("test.floats"), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(f.get_int_array("test.ints"), (std::vector<int64_t>{3, -1, 7}));
+  EXPECT_EQ(f.array_size("test.strings"), 4u);
+  EXPECT_EQ(f.array_type("test.ints"), GgufValueType::INT32);
+  EXPECT_EQ(f.get_int_or("absent", 9), 9);
+  EXPECT_FALSE(f.has("absent"));
+  EXPECT_THROW(f.get_string("test.i32"), Error);
+  EXPECT_THROW(f.get_int("test.f32"), Error);
+  EXPECT_THROW(f.get_int_array("test.strings"), Error);
+  EXPECT_THROW(f.get_int("absent"), Error);
+
+  ASSERT_EQ(f.tensors().size(), 5u);
+  const auto* q8 = f.find_tensor("q8.weight");
+  ASSERT_NE(q8, nullptr);
+  EXPECT_EQ(q8->type, GgmlType::Q8_0);
+  EXPECT_EQ(q8->shape, (std::vector<int64_t>{64, 3}));
+  EXPECT_EQ(q8->nbytes, 204u);
+  EXPECT_EQ(std::memcmp(q8->data, iota_bytes(204, 2).data(), 204), 0);
+  for (const auto& t : f.tensors()) {
+    EXPECT_EQ(t.offset % 32, 0u) << t.name;
+    const auto* base = static_cast<const uint8_t*>(f.find_tensor("tok.weight")->data) - f.data_offset();
+    EXPECT_EQ((static_cast<const uint8_t*>(t.data) - base) % 32, 0) << t.name;
+  }
+  const WeightMatrix m = f.matrix("tok.weight");
+  EXPECT_EQ(m.rows, 5);
+  EXPECT_EQ(m.cols, 3);
+  EXPECT_EQ(std::memcmp(f.find_tensor("norm.weight")->data, iota_bytes(14, 3).data(), 14), 0);
+  EXPECT_EQ(f.find_tensor("absent"), nullptr);
+  EXPECT_THROW(f.matrix("absent"), Error);
+  std::remove(path.c_str());
+}
+
+TEST(Gguf, HonoursACustomAlignment) {
+  GgufWriter w;
+  w.set_alignment(64);
+  w.add_tensor("a", GgmlType::F32, {3}, iota_bytes(12, 0));
+  w.add_tensor("b", GgmlType::F32, {5}, iota_bytes(20, 9));
+  const std::string path = temp_path("align.gguf");
+  w.write(path);
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.data_offset() % 64, 0u);
+  EXPECT_EQ(f.find_tensor("b")->offset, 64u);
+  EXPECT_EQ(std::memcmp(f.find_tensor("b")->data, iota_bytes(20, 9).data(), 20), 0);
+  EXPECT_THROW(w.set_alignment(48), Error);
+  std::remove(path.c_str());
+}
+
+TEST(Gguf, WriterRejectsWrongSizes) {
+  GgufWriter w;
+  EXPECT_THROW(w.add_tensor("x", GgmlType::Q8_0, {33}, std::vector<uint8_t>(34)), Error);
+  EXPECT_THROW(w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(15)), Error);
+  w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(16));
+  EXPECT_THROW(w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(16)), Error);
+}
+
+TEST(Gguf, EveryTruncationIsAnError) {
+  const auto bytes = sample_writer().serialize();
+  const std::string path = temp_path("truncated.gguf");
+  for (size_t length = 0; length < bytes.size(); ++length) {
+    write_bytes(path, bytes, length);
+    try {
+      GgufFile::open(path);
+      ADD_FAILURE() << "a file cut at " << length << " of " << bytes.size() << " bytes was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), testing::AnyOf(testing::HasSubstr("truncated"), testing::HasSubstr("cannot fit"),
+                                           testing::HasSubstr("runs past the end")))
+          << "cut at " << length;
+    }
+  }
+  std::remove(path.c_str());
+}
+
+// Corrupts one field of the sample file (located through a unique string next to it) and
+// expects an Error whose message contains `expected`.
+class Corrupt {
+ public:
+  Corrupt() : bytes_(sample_writer().serialize()) {}
+
+  size_t after(const std::string& s) const {
+    const auto it = std::search(bytes_.begin(), bytes_.end(), s.begin(), s.end());
+    EXPECT_NE(it, bytes_.end()) << s;
+    return static_cast<size_t>(it - bytes_.begin()) + s.size();
+  }
+
+  template <typename T>
+  Corrupt& set(size_t at, T value) {
+    std::memcpy(bytes_.data() + at, &value, sizeof(T));
+    return *this;
+  }
+
+  void expect_error(const std::string& expected) const {
+    const std::string path = temp_path("corrupt.gguf");
+    write_bytes(path, bytes_, bytes_.size());
+    try {
+      GgufFile::open(path);
+      ADD_FAILURE() << "accepted; expected an error containing '" << expected << "'";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), testing::HasSubstr(expected));
+    }
+    std::remove(path.c_str());
+  }
+
+  std::vector<uint8_t> bytes_;
+};
+
+TEST(Gguf, CorruptHeaderFieldsAreNamed) {
+  Corrupt().set<uint8_t>(0, 'X').expect_error("bad magic");
+  Corrupt().set<uint32_t>(4, 1).expect_error("unsupported version 1");
+  Corrupt().set<uint32_t>(4, 4).expect_error("unsupported version 4");
+  Corrupt().set<uint32_t>(4, 0x03000000u).expect_error("unsupported version");  // big-endian file
+  Corrupt().set<uint64_t>(8, 1ull << 62).expect_error("tensor_count");
+  Corrupt().set<uint64_t>(16, ~0ull).expect_error("metadata_kv_count");
+  Corrupt().set<uint64_t>(16, 1000).expect_error("cannot fit");
+}
+
+TEST(Gguf, CorruptMetadataFieldsAreNamed) {
+  {
+    Corrupt c;
+    c.set<uint64_t>(c.after("GGUF") + 4 + 16, 1ull << 60).expect_error("metadata key #0");
+  }
+  {
+    Corrupt c;
+    c.set<uint32_t>(c.after("test.u32"), 13).expect_error("'test.u32': unknown value type 13");
+  }
+  {
+    Corrupt c;
+    c.set<uint32_t>(c.after("test.ints") + 4, 9).expect_error("'test.ints': nested arrays");
+  }
+  {
+    Corrupt c;
+    c.set<uint32_t>(c.after("test.ints") + 4, 99).expect_error("'test.ints': unknown array element type 99");
+  }
+  {
+    Corrupt c;
+    c.set<uint64_t>(c.after("test.ints") + 8, 1ull << 61).expect_error("'test.ints': array of");
+  }
+  {
+    Corrupt c;
+    c.set<uint64_t>(c.after("test.strings") + 8, ~0ull).expect_error("'test.strings': array of");
+  }
+  {
+    Corrupt c;  // the length of the string "héllo" inside the array
+    c.set<uint64_t>(c.after("test.strings") + 16 + 9 + 8, 1ull << 40).expect_error("'test.strings'[2]");
+  }
+}
+
+TEST(Gguf, CorruptTensorInfosAreNamed) {
+  const auto tok = [](Corrupt& c) { return c.after("tok.weight"); };  // n_dims, dims, type, offset
+  { Corrupt c; c.set<uint32_t>(tok(c), 0).expect_error("tensor 'tok.weight': n_dims 0"); }
+  { Corrupt c; c.set<uint32_t>(tok(c), 5).expect_error("tensor 'tok.weight': n_dims 5"); }
+  { Corrupt c; c.set<uint64_t>(tok(c) + 4, 0).expect_error("tensor 'tok.weight': dimension 0 is 0"); }
+  { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 62).expect_error("tensor 'tok.weight' (F32)"); }
+  { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 20).expect_error("truncated: tensor 'tok.weight'"); }
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 3).expect_error("tensor 'tok.weight': unsupported ggml type 3"); }
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("unsupported ggml type 99"); }
+  const auto q8 = [](Corrupt& c) { return c.after("q8.weight"); };
+  { Corrupt c; c.set<uint64_t>(q8(c) + 4, 33).expect_error("not a multiple of the Q8_0 block size"); }
+  {
+    Corrupt c;
+    uint64_t offset;
+    std::memcpy(&offset, c.bytes_.data() + q8(c) + 24, 8);
+    c.set<uint64_t>(q8(c) + 24, offset + 4).expect_error("'q8.weight': offset");
+  }
+  { Corrupt c; c.set<uint64_t>(q8(c) + 24, 1ull << 30).expect_error("truncated: tensor 'q8.weight'"); }
+  { Corrupt c; c.set<uint64_t>(q8(c) + 24, ~0ull << 5).expect_error("truncated: tensor 'q8.weight'"); }
+}
+
+TEST(Gguf, BadAlignmentIsAnError) {
+  const auto value = [](Corrupt& c) { return c.after("general.alignment") + 4; };
+  { Corrupt c; c.set<uint32_t>(value(c), 0).expect_error("general.alignment 0"); }
+  { Corrupt c; c.set<uint32_t>(value(c), 48).expect_error("general.alignment 48"); }
+  { Corrupt c; c.set<uint32_t>(value(c) - 4, 6).expect_error("'general.alignment' (float32)"); }
+}
+
+TEST(Gguf, DuplicateKeysAndTensorsAreErrors) {
+  {
+    Corrupt c;  // "test.f32" -> "test.u32"
+    c.bytes_[c.after("test.f32") - 3] = 'u';
+    c.expect_error("duplicate metadata key 'test.u32'");
+  }
+  {
+    Corrupt c;  // "dup.b" -> "dup.a"
+    c.bytes_[c.after("dup.b") - 1] = 'a';
+    c.expect_error("duplicate tensor name 'dup.a'");
+  }
+}
+
+TEST(Gguf, MissingFileIsAnError) { EXPECT_THROW(GgufFile::open(temp_path("does_not_exist.gguf")), Error); }
+
+}  // namespace
+}  // namespace turbokv::engine
