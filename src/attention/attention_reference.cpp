@@ -112,11 +112,4 @@ void KVCache::attend(const AttentionRequest& request) const {
                      request.options);
 }
 
-void attend(std::span<const float> queries, int n_q_heads, int n_queries, const KVCache& cache,
-            std::span<float> out, const AttentionOptions& options) {
-  const AttentionRequest request{queries, n_q_heads, n_queries, out, options};
-  validate_attention_request(request, cache);
-  cache.attend(request);
-}
-
 }  // namespace turbokv

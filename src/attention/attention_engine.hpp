@@ -1,0 +1,97 @@
+// The format-independent part of blocked attention: query rows grouped per kv head, tiles of
+// rows, online softmax state, split-K over token ranges with a merge of the partial
+// (max, sum, acc) statistics, and the threads. Each cache format supplies a BlockSource that
+// walks its own storage and calls the kernels.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "attention/attention_kernels.hpp"
+#include "turbokv/attention.hpp"
+
+namespace turbokv::attn {
+
+// One tile: up to kMaxRows query rows of one kv head (rows of a head are ordered query-major:
+// row = query_index * group + head_in_group, so a tile holds neighbouring positions).
+struct Tile {
+  const KernelTable* kernels = nullptr;
+  int rows = 0;
+  const float* q = nullptr;  // rows x q_width, prepared by the source
+  size_t q_width = 0;
+  size_t acc_width = 0;
+  bool causal = true;
+  float scale = 1.0f;
+  float softcap = 0.0f;
+  size_t position[kMaxRows] = {};  // absolute position of each row's query
+  float m[kMaxRows] = {};
+  float l[kMaxRows] = {};
+  std::vector<float> acc;                     // rows x acc_width
+  alignas(64) float scores[kMaxRows * kBlockTokens] = {};  // ld = kBlockTokens
+  alignas(64) float weights[kMaxRows * kBlockTokens] = {};
+  size_t visible[kMaxRows] = {};
+
+  // Largest position + 1: tokens at or past it are seen by no row of the tile.
+  size_t horizon(size_t n_tokens) const;
+
+  // One block of n tokens starting at absolute token `first`: computes visibility, calls
+  // dots(scores) to fill raw dot products, runs the softmax update, then accumulate(weights)
+  // with the softmax weights in scores. Returns false (and does nothing) if no row sees any
+  // token of the block.
+  template <typename Dots, typename Accumulate>
+  bool step(size_t n, size_t first, Dots&& dots, Accumulate&& accumulate) {
+    bool any = false;
+    for (int r = 0; r < rows; ++r) {
+      size_t vis = n;
+      if (causal) vis = position[r] + 1 <= first ? 0 : (position[r] + 1 - first < n ? position[r] + 1 - first : n);
+      visible[r] = vis;
+      any = any || vis > 0;
+    }
+    if (!any) return false;
+    dots(scores);
+    kernels->softmax_update(scores, kBlockTokens, rows, n, visible, scale, softcap, m, l,
+                            acc.data(), acc_width, acc_width);
+    accumulate(static_cast<const float*>(scores));
+    return true;
+  }
+};
+
+class BlockSource {
+ public:
+  virtual ~BlockSource() = default;
+  // Runs tile.step over the tokens [begin, end) of kv head `head`.
+  virtual void process(int head, size_t begin, size_t end, Tile& tile) const = 0;
+};
+
+struct Problem {
+  int kv_heads = 0;
+  int group = 1;  // query heads per kv head
+  int n_queries = 1;
+  size_t n_tokens = 0;
+  size_t q_width = 0;    // floats per prepared query row
+  size_t acc_width = 0;  // floats per accumulator row
+  // Prepared query rows, [kv_heads][group * n_queries][q_width], row order as in Tile.
+  const float* rows = nullptr;
+  AttentionOptions options;
+  float scale = 1.0f;
+  const KernelTable* kernels = nullptr;
+};
+
+// Runs attention for every row; returns the normalized accumulators acc / l,
+// [kv_heads][group * n_queries][acc_width].
+std::vector<float> run_attention(const Problem& problem, const BlockSource& source);
+
+// Runs fn(task) for task < n_tasks on `threads` threads (0: all cores, 1: the caller only).
+void run_parallel(int threads, size_t n_tasks, const std::function<void(size_t)>& fn);
+
+// The public layout [n_q_heads][n_queries][dim] <-> prepared rows [kv_heads][rows][width]
+// (copies dim floats per row to offset `offset` of the row).
+void gather_query_rows(std::span<const float> queries, int kv_heads, int group, int n_queries,
+                       int dim, float* rows, size_t width, size_t offset);
+void scatter_output_rows(const float* rows, size_t width, size_t offset, int kv_heads, int group,
+                         int n_queries, int dim, std::span<float> out);
+
+float effective_scale(const AttentionOptions& options, int head_dim);
+
+}  // namespace turbokv::attn

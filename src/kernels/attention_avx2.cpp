@@ -1,0 +1,519 @@
+// AVX2 + FMA + F16C block kernels for attention (x86-64), chosen at run time when the CPU has
+// them; attention_scalar.cpp is the fallback and the oracle these are tested against.
+//
+// Packed codes are decoded to centroid floats in registers: 8 codes of b bits are b bytes, so a
+// chunk of 8 always starts on a byte; one 32-bit broadcast (two for b >= 5) and a per-lane
+// variable shift put code i in the low bits of lane i, and the codebook lookup is a register
+// permute (b <= 3: one vpermps over the 8-entry table, replicated for b < 3; b = 4: two
+// permutes and a blend on bit 3) or, for b >= 5, a gather from the table in L1.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention/attention_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TURBOKV_ATTENTION_AVX2 1
+#endif
+
+#ifdef TURBOKV_ATTENTION_AVX2
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+namespace turbokv::attn {
+namespace {
+
+inline float hsum(__m256 a) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// Lane i of the result is the sum of the lanes of a[i].
+inline __m256 reduce8(const __m256* a) {
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]);
+  const __m256 s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]);
+  const __m256 s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23);
+  const __m256 s4567 = _mm256_hadd_ps(s45, s67);
+  const __m256 lo = _mm256_permute2f128_ps(s0123, s4567, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(s0123, s4567, 0x31);
+  return _mm256_add_ps(lo, hi);
+}
+
+// Reduces n accumulators to n floats.
+template <int N>
+inline void reduce_all(const __m256* acc, float* out) {
+  int i = 0;
+  for (; i + 8 <= N; i += 8) _mm256_storeu_ps(out + i, reduce8(acc + i));
+  for (; i < N; ++i) out[i] = hsum(acc[i]);
+}
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p)));
+}
+
+// ---- dense keys/values ----------------------------------------------------------------------
+
+template <int R, int T, typename Key>
+void dots_tile(const float* q, size_t qs, const Key* keys, size_t n, int dim, float* scores,
+               size_t ld) {
+  const int full = dim & ~7;
+  size_t t = 0;
+  for (; t + T <= n; t += T) {
+    __m256 acc[R * T];
+    for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
+    const Key* k0 = keys + t * dim;
+    for (int j = 0; j < full; j += 8) {
+      __m256 k[T];
+      for (int u = 0; u < T; ++u) k[u] = load8(k0 + u * dim + j);
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = _mm256_loadu_ps(q + r * qs + j);
+        for (int u = 0; u < T; ++u) acc[r * T + u] = _mm256_fmadd_ps(qv, k[u], acc[r * T + u]);
+      }
+    }
+    float sums[R * T];
+    reduce_all<R * T>(acc, sums);
+    for (int j = full; j < dim; ++j) {
+      for (int r = 0; r < R; ++r) {
+        for (int u = 0; u < T; ++u) sums[r * T + u] += q[r * qs + j] * load1(k0 + u * dim + j);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < T; ++u) scores[r * ld + t + u] = sums[r * T + u];
+    }
+  }
+  if constexpr (T > 1) {
+    if (t < n) dots_tile<R, 1>(q, qs, keys + t * dim, n - t, dim, scores + t, ld);
+  }
+}
+
+template <int R, int CW, typename Value>
+void accumulate_tile(const float* w, size_t ld, const Value* values, size_t n, int dim, int j0,
+                     int j1, float* acc, size_t as) {
+  int j = j0;
+  for (; j + 8 * CW <= j1; j += 8 * CW) {
+    __m256 a[R * CW];
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < CW; ++u) a[r * CW + u] = _mm256_loadu_ps(acc + r * as + j + 8 * u);
+    }
+    for (size_t t = 0; t < n; ++t) {
+      __m256 v[CW];
+      for (int u = 0; u < CW; ++u) v[u] = load8(values + t * dim + j + 8 * u);
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = _mm256_broadcast_ss(w + r * ld + t);
+        for (int u = 0; u < CW; ++u) a[r * CW + u] = _mm256_fmadd_ps(wv, v[u], a[r * CW + u]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < CW; ++u) _mm256_storeu_ps(acc + r * as + j + 8 * u, a[r * CW + u]);
+    }
+  }
+  if constexpr (CW > 1) {
+    if (j + 8 <= j1) accumulate_tile<R, 1>(w, ld, values, n, dim, j, j1, acc, as);
+  }
+}
+
+template <int R, typename Value>
+void accumulate_rows(const float* w, size_t ld, const Value* values, size_t n, int dim,
+                     float* acc, size_t as) {
+  constexpr int kCw = R <= 2 ? 4 : (R <= 4 ? 2 : 1);
+  const int full = dim & ~7;
+  accumulate_tile<R, kCw>(w, ld, values, n, dim, 0, full, acc, as);
+  for (int j = full; j < dim; ++j) {
+    for (int r = 0; r < R; ++r) {
+      float s = acc[r * as + j];
+      for (size_t t = 0; t < n; ++t) s += w[r * ld + t] * load1(values + t * dim + j);
+      acc[r * as + j] = s;
+    }
+  }
+}
+
+// Splits a tile of rows into the instantiated widths 8, 4, 2, 1.
+template <typename Fn>
+void for_row_pieces(int rows, Fn&& fn) {
+  int r = 0;
+  while (r < rows) {
+    const int left = rows - r;
+    const int width = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    fn(r, width);
+    r += width;
+  }
+}
+
+template <typename Key>
+void dots_dense(const float* q, size_t qs, int rows, const Key* keys, size_t n, int dim,
+                float* scores, size_t ld) {
+  for_row_pieces(rows, [&](int r, int width) {
+    const float* qr = q + r * qs;
+    float* sr = scores + r * ld;
+    switch (width) {
+      case 8: dots_tile<8, 1>(qr, qs, keys, n, dim, sr, ld); break;
+      case 4: dots_tile<4, 2>(qr, qs, keys, n, dim, sr, ld); break;
+      case 2: dots_tile<2, 4>(qr, qs, keys, n, dim, sr, ld); break;
+      default: dots_tile<1, 4>(qr, qs, keys, n, dim, sr, ld); break;
+    }
+  });
+}
+
+template <typename Value>
+void accumulate_dense(const float* w, size_t ld, int rows, const Value* values, size_t n, int dim,
+                      float* acc, size_t as) {
+  for_row_pieces(rows, [&](int r, int width) {
+    const float* wr = w + r * ld;
+    float* ar = acc + r * as;
+    switch (width) {
+      case 8: accumulate_rows<8>(wr, ld, values, n, dim, ar, as); break;
+      case 4: accumulate_rows<4>(wr, ld, values, n, dim, ar, as); break;
+      case 2: accumulate_rows<2>(wr, ld, values, n, dim, ar, as); break;
+      default: accumulate_rows<1>(wr, ld, values, n, dim, ar, as); break;
+    }
+  });
+}
+
+void dots_f16(const float* q, size_t qs, int rows, const uint16_t* keys, size_t n, int dim,
+              float* scores, size_t ld) {
+  dots_dense(q, qs, rows, keys, n, dim, scores, ld);
+}
+void dots_f32(const float* q, size_t qs, int rows, const float* keys, size_t n, int dim,
+              float* scores, size_t ld) {
+  dots_dense(q, qs, rows, keys, n, dim, scores, ld);
+}
+void accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n,
+                    int dim, float* acc, size_t as) {
+  accumulate_dense(w, ld, rows, values, n, dim, acc, as);
+}
+void accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
+                    float* acc, size_t as) {
+  accumulate_dense(w, ld, rows, values, n, dim, acc, as);
+}
+
+// ---- packed codes ---------------------------------------------------------------------------
+
+inline __m256i broadcast_u32(const uint8_t* p) {
+  uint32_t u;
+  std::memcpy(&u, p, sizeof u);
+  return _mm256_set1_epi32(static_cast<int>(u));
+}
+
+// Lane i gets code i of the chunk at p in its low B bits (higher bits hold later codes).
+template <int B>
+inline __m256i chunk_codes(const uint8_t* p) {
+  if constexpr (B <= 4) {
+    const __m256i shifts = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
+    return _mm256_srlv_epi32(broadcast_u32(p), shifts);
+  } else {
+    // Codes 4..7 start at bit 4B = 8 * (B / 2) + 4 * (B & 1).
+    constexpr int kHi = 4 * (B & 1);
+    const __m256i shifts = _mm256_setr_epi32(0, B, 2 * B, 3 * B, kHi, kHi + B, kHi + 2 * B,
+                                             kHi + 3 * B);
+    const __m256i words = _mm256_blend_epi32(broadcast_u32(p), broadcast_u32(p + B / 2), 0xf0);
+    return _mm256_srlv_epi32(words, shifts);
+  }
+}
+
+// The same for a chunk near the end of a record: copies what is left into a zeroed buffer.
+template <int B>
+inline __m256i chunk_codes_tail(const uint8_t* p, size_t available) {
+  uint8_t buffer[16] = {};
+  std::memcpy(buffer, p, available < 16 ? available : 16);
+  return chunk_codes<B>(buffer);
+}
+
+template <int B>
+struct Codebook {
+  __m256 lo, hi;
+  const float* table;
+  explicit Codebook(const float* t) : table(t) {
+    if constexpr (B <= 3) {
+      float rep[8];
+      for (int i = 0; i < 8; ++i) rep[i] = t[i % (1 << B)];
+      lo = _mm256_loadu_ps(rep);
+      hi = lo;
+    } else if constexpr (B == 4) {
+      lo = _mm256_loadu_ps(t);
+      hi = _mm256_loadu_ps(t + 8);
+    } else {
+      lo = hi = _mm256_setzero_ps();
+    }
+  }
+  __m256 lookup(__m256i idx) const {
+    if constexpr (B <= 3) {
+      return _mm256_permutevar8x32_ps(lo, idx);  // uses the low 3 bits of each lane
+    } else if constexpr (B == 4) {
+      const __m256 a = _mm256_permutevar8x32_ps(lo, idx);
+      const __m256 b = _mm256_permutevar8x32_ps(hi, idx);
+      return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    } else {
+      const __m256i masked = _mm256_and_si256(idx, _mm256_set1_epi32((1 << B) - 1));
+      return _mm256_i32gather_ps(table, masked, 4);
+    }
+  }
+};
+
+template <int B>
+inline __m256 decode_chunk(const Codebook<B>& book, const uint8_t* group_codes, int c, int safe,
+                           size_t available_from_group) {
+  const uint8_t* p = group_codes + static_cast<size_t>(c) * B;
+  if (c < safe) return book.lookup(chunk_codes<B>(p));
+  return book.lookup(chunk_codes_tail<B>(p, available_from_group - static_cast<size_t>(c) * B));
+}
+
+template <int B, int R, int T>
+void group_dots_tile(const float* q, size_t qs, const uint8_t* records, size_t code_size, size_t n,
+                     const CodeGroup& g, float* scores, size_t ld, bool add) {
+  const Codebook<B> book(g.table);
+  const int chunks = g.chunks();
+  const int safe = g.safe_chunks;
+  const size_t available = code_size - g.offset;
+  size_t t = 0;
+  for (; t + T <= n; t += T) {
+    __m256 acc[R * T];
+    for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
+    const uint8_t* rec = records + t * code_size + g.offset;
+    for (int c = 0; c < chunks; ++c) {
+      __m256 k[T];
+      for (int u = 0; u < T; ++u) k[u] = decode_chunk<B>(book, rec + u * code_size, c, safe, available);
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = _mm256_loadu_ps(q + r * qs + 8 * c);
+        for (int u = 0; u < T; ++u) acc[r * T + u] = _mm256_fmadd_ps(qv, k[u], acc[r * T + u]);
+      }
+    }
+    float sums[R * T];
+    reduce_all<R * T>(acc, sums);
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < T; ++u) {
+        float& s = scores[r * ld + t + u];
+        s = add ? s + sums[r * T + u] : sums[r * T + u];
+      }
+    }
+  }
+  if constexpr (T > 1) {
+    if (t < n) {
+      group_dots_tile<B, R, 1>(q, qs, records + t * code_size, code_size, n - t, g, scores + t,
+                               ld, add);
+    }
+  }
+}
+
+template <int B, int R, int CW>
+void group_accumulate_tile(const float* w, size_t ld, const uint8_t* records, size_t code_size,
+                           size_t n, const CodeGroup& g, int c0, float* acc, size_t as) {
+  const Codebook<B> book(g.table);
+  const int chunks = g.chunks();
+  const int safe = g.safe_chunks;
+  const size_t available = code_size - g.offset;
+  int c = c0;
+  for (; c + CW <= chunks; c += CW) {
+    __m256 a[R * CW];
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < CW; ++u) a[r * CW + u] = _mm256_loadu_ps(acc + r * as + 8 * (c + u));
+    }
+    const uint8_t* rec = records + g.offset;
+    for (size_t t = 0; t < n; ++t, rec += code_size) {
+      __m256 v[CW];
+      for (int u = 0; u < CW; ++u) v[u] = decode_chunk<B>(book, rec, c + u, safe, available);
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = _mm256_broadcast_ss(w + r * ld + t);
+        for (int u = 0; u < CW; ++u) a[r * CW + u] = _mm256_fmadd_ps(wv, v[u], a[r * CW + u]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < CW; ++u) _mm256_storeu_ps(acc + r * as + 8 * (c + u), a[r * CW + u]);
+    }
+  }
+  if constexpr (CW > 1) {
+    if (c < chunks) group_accumulate_tile<B, R, 1>(w, ld, records, code_size, n, g, c, acc, as);
+  }
+}
+
+template <int B>
+void group_dots_bits(const float* q, size_t qs, int rows, const uint8_t* records,
+                     size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld,
+                     bool add) {
+  for_row_pieces(rows, [&](int r, int width) {
+    const float* qr = q + r * qs;
+    float* sr = scores + r * ld;
+    switch (width) {
+      case 8: group_dots_tile<B, 8, 1>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+      case 4: group_dots_tile<B, 4, 2>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+      case 2: group_dots_tile<B, 2, 4>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+      default: group_dots_tile<B, 1, 4>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+    }
+  });
+}
+
+template <int B>
+void group_accumulate_bits(const float* w, size_t ld, int rows, const uint8_t* records,
+                           size_t code_size, size_t n, const CodeGroup& g, float* acc,
+                           size_t as) {
+  for_row_pieces(rows, [&](int r, int width) {
+    const float* wr = w + r * ld;
+    float* ar = acc + r * as;
+    switch (width) {
+      case 8: group_accumulate_tile<B, 8, 1>(wr, ld, records, code_size, n, g, 0, ar, as); break;
+      case 4: group_accumulate_tile<B, 4, 2>(wr, ld, records, code_size, n, g, 0, ar, as); break;
+      case 2: group_accumulate_tile<B, 2, 4>(wr, ld, records, code_size, n, g, 0, ar, as); break;
+      default: group_accumulate_tile<B, 1, 4>(wr, ld, records, code_size, n, g, 0, ar, as); break;
+    }
+  });
+}
+
+void group_dots(const float* q, size_t qs, int rows, const uint8_t* records, size_t code_size,
+                size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  switch (g.bits) {
+    case 1: group_dots_bits<1>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    case 2: group_dots_bits<2>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    case 3: group_dots_bits<3>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    case 4: group_dots_bits<4>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    case 5: group_dots_bits<5>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    case 6: group_dots_bits<6>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    case 7: group_dots_bits<7>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+    default: group_dots_bits<8>(q, qs, rows, records, code_size, n, g, scores, ld, add); break;
+  }
+}
+
+void group_accumulate(const float* w, size_t ld, int rows, const uint8_t* records,
+                      size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  switch (g.bits) {
+    case 1: group_accumulate_bits<1>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    case 2: group_accumulate_bits<2>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    case 3: group_accumulate_bits<3>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    case 4: group_accumulate_bits<4>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    case 5: group_accumulate_bits<5>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    case 6: group_accumulate_bits<6>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    case 7: group_accumulate_bits<7>(w, ld, rows, records, code_size, n, g, acc, as); break;
+    default: group_accumulate_bits<8>(w, ld, rows, records, code_size, n, g, acc, as); break;
+  }
+}
+
+// ---- online softmax ---------------------------------------------------------------------------
+
+// exp(x) to ~2 ulp for x in [-87, 88] (inputs are clamped there): 2^n * e^r, |r| <= ln2 / 2,
+// e^r from its degree-6 Taylor polynomial.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// tanh(y) = sign(y) (1 - e) / (1 + e), e = exp(-2|y|).
+inline __m256 tanh8(__m256 y) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 ay = _mm256_andnot_ps(sign_mask, y);
+  const __m256 e = exp8(_mm256_mul_ps(ay, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  return _mm256_or_ps(t, _mm256_and_ps(sign_mask, y));
+}
+
+void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
+                    float scale, float softcap, float* m, float* l, float* acc, size_t as,
+                    size_t acc_width) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 vcap = _mm256_set1_ps(softcap);
+  const __m256 vinv_cap = _mm256_set1_ps(softcap > 0.0f ? 1.0f / softcap : 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* s = scores + r * ld;
+    const size_t vis = visible[r] < n ? visible[r] : n;
+    if (vis == 0) {
+      for (size_t t = 0; t < n; ++t) s[t] = 0.0f;
+      continue;
+    }
+    __m256 vmax = _mm256_set1_ps(kNegInf);
+    const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+    for (size_t t = 0; t < vis; t += 8) {
+      const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
+      __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + t), vscale);
+      if (softcap > 0.0f) x = _mm256_mul_ps(vcap, tanh8(_mm256_mul_ps(x, vinv_cap)));
+      x = _mm256_blendv_ps(neg_inf, x, valid);
+      _mm256_storeu_ps(s + t, x);
+      vmax = _mm256_max_ps(vmax, x);
+    }
+    __m128 mx = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    mx = _mm_max_ps(mx, _mm_movehl_ps(mx, mx));
+    mx = _mm_max_ss(mx, _mm_shuffle_ps(mx, mx, 1));
+    const float block_max = _mm_cvtss_f32(mx);
+    const float m_new = m[r] > block_max ? m[r] : block_max;
+    const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+    const __m256 vm = _mm256_set1_ps(m_new);
+    __m256 vsum = _mm256_setzero_ps();
+    size_t t = 0;
+    for (; t < vis; t += 8) {
+      const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
+      const __m256 p = _mm256_and_ps(valid, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm)));
+      _mm256_storeu_ps(s + t, p);
+      vsum = _mm256_add_ps(vsum, p);
+    }
+    for (; t < n; ++t) s[t] = 0.0f;
+    if (alpha != 1.0f) {
+      float* a = acc + r * as;
+      const __m256 va = _mm256_set1_ps(alpha);
+      size_t j = 0;
+      for (; j + 8 <= acc_width; j += 8) _mm256_storeu_ps(a + j, _mm256_mul_ps(va, _mm256_loadu_ps(a + j)));
+      for (; j < acc_width; ++j) a[j] *= alpha;
+    }
+    l[r] = l[r] * alpha + hsum(vsum);
+    m[r] = m_new;
+  }
+}
+
+const KernelTable kAvx2Table{"avx2",          dots_f16,         dots_f32,
+                            accumulate_f16,  accumulate_f32,   group_dots,
+                            group_accumulate, softmax_update};
+
+}  // namespace
+}  // namespace turbokv::attn
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace turbokv::attn {
+
+const KernelTable* avx2_kernel_table() {
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                                __builtin_cpu_supports("f16c");
+  return supported ? &kAvx2Table : nullptr;
+}
+
+}  // namespace turbokv::attn
+
+#else  // not x86-64 GCC/Clang
+
+namespace turbokv::attn {
+const KernelTable* avx2_kernel_table() { return nullptr; }
+}  // namespace turbokv::attn
+
+#endif

@@ -1,0 +1,178 @@
+// Scalar block kernels for attention: the portable fallback and the oracle every SIMD table is
+// tested against (float accumulation, straightforward loops).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attention/attention_kernels.hpp"
+#include "turbokv/half.hpp"
+
+namespace turbokv::attn {
+
+namespace {
+
+// Code j of a group, read from the LSB-first bit stream (bits <= 8 spans at most two bytes).
+inline unsigned read_code(const uint8_t* group, int j, int bits) {
+  const size_t bit = static_cast<size_t>(j) * bits;
+  const size_t byte = bit / 8;
+  const unsigned shift = bit % 8;
+  unsigned word = group[byte];
+  if (shift + bits > 8) word |= static_cast<unsigned>(group[byte + 1]) << 8;
+  return (word >> shift) & ((1u << bits) - 1u);
+}
+
+template <typename Key, typename Convert>
+void dots_dense(const float* q, size_t q_stride, int rows, const Key* keys, size_t n, int dim,
+                float* scores, size_t ld, Convert convert) {
+  for (size_t t = 0; t < n; ++t) {
+    const Key* k = keys + t * dim;
+    for (int r = 0; r < rows; ++r) {
+      const float* qr = q + r * q_stride;
+      float dot = 0.0f;
+      for (int j = 0; j < dim; ++j) dot += qr[j] * convert(k[j]);
+      scores[r * ld + t] = dot;
+    }
+  }
+}
+
+template <typename Value, typename Convert>
+void accumulate_dense(const float* w, size_t ld, int rows, const Value* values, size_t n, int dim,
+                      float* acc, size_t acc_stride, Convert convert) {
+  for (size_t t = 0; t < n; ++t) {
+    const Value* v = values + t * dim;
+    for (int r = 0; r < rows; ++r) {
+      const float wt = w[r * ld + t];
+      if (wt == 0.0f) continue;
+      float* a = acc + r * acc_stride;
+      for (int j = 0; j < dim; ++j) a[j] += wt * convert(v[j]);
+    }
+  }
+}
+
+float convert_half(uint16_t h) { return half_to_float(h); }
+float convert_float(float f) { return f; }
+
+void dots_f16(const float* q, size_t q_stride, int rows, const uint16_t* keys, size_t n, int dim,
+              float* scores, size_t ld) {
+  dots_dense(q, q_stride, rows, keys, n, dim, scores, ld, convert_half);
+}
+void dots_f32(const float* q, size_t q_stride, int rows, const float* keys, size_t n, int dim,
+              float* scores, size_t ld) {
+  dots_dense(q, q_stride, rows, keys, n, dim, scores, ld, convert_float);
+}
+void accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n,
+                    int dim, float* acc, size_t acc_stride) {
+  accumulate_dense(w, ld, rows, values, n, dim, acc, acc_stride, convert_half);
+}
+void accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
+                    float* acc, size_t acc_stride) {
+  accumulate_dense(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
+}
+
+void group_dots(const float* q, size_t q_stride, int rows, const uint8_t* records,
+                size_t code_size, size_t n, const CodeGroup& group, float* scores, size_t ld,
+                bool add) {
+  float decoded[8192];
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* codes = records + t * code_size + group.offset;
+    for (int j = 0; j < group.dims; ++j) decoded[j] = group.table[read_code(codes, j, group.bits)];
+    for (int r = 0; r < rows; ++r) {
+      const float* qr = q + r * q_stride;
+      float dot = 0.0f;
+      for (int j = 0; j < group.dims; ++j) dot += qr[j] * decoded[j];
+      scores[r * ld + t] = add ? scores[r * ld + t] + dot : dot;
+    }
+  }
+}
+
+void group_accumulate(const float* w, size_t ld, int rows, const uint8_t* records,
+                      size_t code_size, size_t n, const CodeGroup& group, float* acc,
+                      size_t acc_stride) {
+  float decoded[8192];
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* codes = records + t * code_size + group.offset;
+    for (int j = 0; j < group.dims; ++j) decoded[j] = group.table[read_code(codes, j, group.bits)];
+    for (int r = 0; r < rows; ++r) {
+      const float wt = w[r * ld + t];
+      if (wt == 0.0f) continue;
+      float* a = acc + r * acc_stride;
+      for (int j = 0; j < group.dims; ++j) a[j] += wt * decoded[j];
+    }
+  }
+}
+
+void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
+                    float scale, float softcap, float* m, float* l, float* acc, size_t acc_stride,
+                    size_t acc_width) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < rows; ++r) {
+    float* s = scores + r * ld;
+    const size_t vis = std::min(visible[r], n);
+    float block_max = kNegInf;
+    for (size_t t = 0; t < vis; ++t) {
+      float x = s[t] * scale;
+      if (softcap > 0.0f) x = softcap * std::tanh(x / softcap);
+      s[t] = x;
+      block_max = std::max(block_max, x);
+    }
+    if (vis == 0) {
+      std::fill(s, s + n, 0.0f);
+      continue;
+    }
+    const float m_new = std::max(m[r], block_max);
+    const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+    float sum = 0.0f;
+    for (size_t t = 0; t < vis; ++t) {
+      s[t] = std::exp(s[t] - m_new);
+      sum += s[t];
+    }
+    std::fill(s + vis, s + n, 0.0f);
+    if (alpha != 1.0f) {
+      float* a = acc + r * acc_stride;
+      for (size_t j = 0; j < acc_width; ++j) a[j] *= alpha;
+    }
+    l[r] = l[r] * alpha + sum;
+    m[r] = m_new;
+  }
+}
+
+std::atomic<const KernelTable*> g_override{nullptr};
+
+}  // namespace
+
+void finish_code_group(CodeGroup& group, size_t code_size) {
+  // Chunk c reads 4 bytes at offset + c * bits and, for bits >= 5, 4 more at + bits / 2.
+  const size_t reach = group.bits >= 5 ? static_cast<size_t>(group.bits / 2 + 4) : 4u;
+  int safe = 0;
+  for (int c = 0; c < group.chunks(); ++c) {
+    if (group.offset + static_cast<size_t>(c) * group.bits + reach <= code_size) safe = c + 1;
+    else break;
+  }
+  group.safe_chunks = safe;
+}
+
+const KernelTable& scalar_kernel_table() {
+  static const KernelTable table{"scalar",        dots_f16,         dots_f32,
+                                 accumulate_f16,  accumulate_f32,   group_dots,
+                                 group_accumulate, softmax_update};
+  return table;
+}
+
+const KernelTable& best_kernel_table() {
+  static const KernelTable* best = [] {
+    const KernelTable* avx2 = avx2_kernel_table();
+    return avx2 != nullptr ? avx2 : &scalar_kernel_table();
+  }();
+  return *best;
+}
+
+void set_kernel_table_override(const KernelTable* table) { g_override.store(table); }
+
+const KernelTable& active_kernel_table() {
+  const KernelTable* table = g_override.load();
+  return table != nullptr ? *table : best_kernel_table();
+}
+
+}  // namespace turbokv::attn
