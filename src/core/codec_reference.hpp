@@ -1,0 +1,24 @@
+// Plain scalar reference loops of the codec's hot paths. They are the correctness oracle for
+// the SIMD kernels in src/kernels/codec_*.cpp, which must give bit-identical results (the
+// kernels perform the same float operations in the same order per element).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace turbokv::reference {
+
+// In place: Walsh-Hadamard butterflies across 2^log2_blocks blocks of `block` contiguous floats
+// (stages h = 1, 2, 4, ...; a' = a + b, b' = a - b on whole blocks), then every value *= scale.
+void fwht_blocks(float* x, int log2_blocks, int block, float scale);
+
+// codes[i] = number of boundaries strictly below (y[i] * inv_norm), computed in float; the
+// n codes are written densely packed (packing.hpp layout) to packed[0..packed_size(n, bits)).
+void quantize_pack(const float* y, size_t n, float inv_norm, const float* boundaries, int bits,
+                   uint8_t* packed);
+
+// y[i] = scale * centroids[code i] for the n codes packed at `packed`.
+void unpack_dequantize(const uint8_t* packed, size_t n, int bits, const float* centroids,
+                       float scale, float* y);
+
+}  // namespace turbokv::reference
