@@ -57,6 +57,8 @@ class SentencePieceTokenizer : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
   int bos_id() const override { return bos_id_; }
   int eos_id() const override { return eos_id_; }
+  // EOS, or BOS: llama2.c models mark the end of a text by starting the next one.
+  bool is_end_of_generation(int id) const override { return id == eos_id_ || id == bos_id_; }
 
   const std::string& piece(int id) const;
   float score(int id) const;
