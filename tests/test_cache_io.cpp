@@ -202,11 +202,12 @@ ValidFile valid_file() {
 
 // Re-encodes the file with a modified header (the data buffer unchanged).
 std::vector<uint8_t> with_header(const ValidFile& f, const std::string& header_text) {
-  std::vector<uint8_t> out(8);
   const uint64_t n = header_text.size();
+  const size_t data_len = f.bytes.size() - 8 - f.header_len;
+  std::vector<uint8_t> out(8 + n + data_len);
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header_text.begin(), header_text.end());
-  out.insert(out.end(), f.bytes.begin() + 8 + f.header_len, f.bytes.end());
+  std::memcpy(out.data() + 8, header_text.data(), n);
+  if (data_len > 0) std::memcpy(out.data() + 8 + n, f.bytes.data() + 8 + f.header_len, data_len);
   return out;
 }
 

@@ -110,6 +110,17 @@ TEST(DenseKVCache, PageLayoutIsHeadMajor) {
   EXPECT_THROW(cache.value_page(0, 2), Error);
 }
 
+TEST(DenseKVCache, HeadSlabsAreAligned) {
+  DenseKVCache cache(3, 20, DenseDtype::f16, 3);  // 120-byte slabs, padded
+  std::vector<float> x(3 * 20, 0.5f);
+  cache.append(x, x, 1);
+  for (int h = 0; h < 3; ++h) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(cache.key_page(0, h)) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(cache.value_page(0, h)) % 64, 0u);
+    EXPECT_EQ(static_cast<const uint16_t*>(cache.key_page(0, h))[19], float_to_half(0.5f));
+  }
+}
+
 TEST(DenseKVCache, F16PagesHoldHalfBits) {
   DenseKVCache cache(1, 4, DenseDtype::f16, 2);
   const std::vector<float> k = {1.0f, -2.0f, 0.5f, 65504.0f}, v = {0.0f, 1e-5f, 3.0f, -1.0f};
@@ -130,10 +141,11 @@ TEST(DenseKVCache, NbytesIsExact) {
   f32.append(x, x, 13);
   EXPECT_EQ(f16.nbytes(), 13u * heads * dim * 2 * 2);
   EXPECT_EQ(f32.nbytes(), 13u * heads * dim * 2 * 4);
-  EXPECT_EQ(f16.allocated_bytes(), 16u * heads * dim * 2 * 2);
+  // Two pages; each head slab (8 tokens * 10 dims * 2 bytes = 160) padded to 192 bytes.
+  EXPECT_EQ(f16.allocated_bytes(), 2u * heads * 2 * 192);
   f16.trim(5);
   EXPECT_EQ(f16.nbytes(), 8u * heads * dim * 2 * 2);
-  EXPECT_EQ(f16.allocated_bytes(), 8u * heads * dim * 2 * 2);
+  EXPECT_EQ(f16.allocated_bytes(), 1u * heads * 2 * 192);
 }
 
 TEST(DenseKVCache, TrimThenAppendEqualsNeverAppended) {

@@ -5,7 +5,8 @@
 //   keys and values, each head-major: [kv_heads][page_tokens][head_dim] elements of fp16
 //   (IEEE binary16 bits as uint16_t, little-endian) or float32. One head's part of a page,
 //   key_page(p, h), is contiguous [page_tokens][head_dim]; only the first tokens_in_page(p)
-//   rows hold data. Slabs are 64-byte aligned. Every page but the last is full.
+//   rows hold data. Every head slab starts 64-byte aligned (slab stride: page_tokens * head_dim
+//   * element_size rounded up to 64 bytes). Every page but the last is full.
 //
 // Memory accounting: nbytes() == size() * kv_heads * head_dim * 2 * element_size, i.e. the
 // bytes of the stored keys and values themselves. The unused tail of the last page is

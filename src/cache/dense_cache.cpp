@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <new>
 
+#include "cache/aligned_buffer.hpp"
 #include "cache/cache_state_util.hpp"
 #include "core/check.hpp"
 #include "turbokv/half.hpp"
@@ -13,19 +13,10 @@
 namespace turbokv {
 namespace {
 
-constexpr size_t kSlabAlignment = 64;
 // Largest float that rounds to a finite fp16 (65504 plus just under half an ulp).
 constexpr float kHalfOverflow = 65520.0f;
-
-struct AlignedDelete {
-  void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kSlabAlignment)); }
-};
-using AlignedBytes = std::unique_ptr<uint8_t[], AlignedDelete>;
-
-AlignedBytes allocate_aligned(size_t bytes) {
-  return AlignedBytes(static_cast<uint8_t*>(
-      ::operator new[](std::max<size_t>(bytes, 1), std::align_val_t(kSlabAlignment))));
-}
+using detail::AlignedBytes;
+using detail::allocate_aligned;
 
 }  // namespace
 
@@ -63,7 +54,8 @@ size_t DenseKVCache::nbytes() const {
 }
 
 size_t DenseKVCache::allocated_bytes() const {
-  return pages_.size() * page_tokens_ * kv_heads_ * head_dim_ * 2 * element_size();
+  return pages_.size() * kv_heads_ * 2 *
+         detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
 }
 
 size_t DenseKVCache::tokens_in_page(size_t page) const {
@@ -73,7 +65,7 @@ size_t DenseKVCache::tokens_in_page(size_t page) const {
 }
 
 uint8_t* DenseKVCache::slab(size_t page, int head, bool value) const {
-  const size_t head_bytes = page_tokens_ * head_dim_ * element_size();
+  const size_t head_bytes = detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
   uint8_t* base = value ? pages_[page]->values.get() : pages_[page]->keys.get();
   return base + static_cast<size_t>(head) * head_bytes;
 }
@@ -93,7 +85,8 @@ const void* DenseKVCache::value_page(size_t page, int head) const {
 }
 
 void DenseKVCache::add_page() {
-  const size_t bytes = page_tokens_ * kv_heads_ * head_dim_ * element_size();
+  const size_t bytes =
+      kv_heads_ * detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
   auto page = std::make_unique<Page>();
   page->keys = allocate_aligned(bytes);
   page->values = allocate_aligned(bytes);

@@ -1,0 +1,53 @@
+// Building a model's PromptCache (one KVCache per attention layer) from a cache configuration.
+//
+// CacheConfig.kind names a registered cache class: "dense", "turboquant", or a baseline class
+// (listed in src/cache/cache_registry.cpp). A config can also be written as a string
+// (parse_cache_config), e.g. for a command-line flag:
+//   "dense"                       "dense:dtype=f32"
+//   "turboquant:bits=3"           "turboquant:key_bits=4,value_bits=2,window=64,sinks=4"
+//   "turboquant:key_codec=prod,rotation=haar,seed=7,fp32_norm=1,norm_correction=1"
+//   "q8_0:hadamard=1"             (options of other classes go to CacheConfig.options)
+// Common keys: page_tokens (both built-ins), dense_layers=0;31 (layers kept dense).
+//
+// Thread-safety: these functions are pure (make_kv_cache reads the registry under its lock).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "turbokv/cache_io.hpp"
+#include "turbokv/dense_cache.hpp"
+#include "turbokv/turboquant_cache.hpp"
+
+namespace turbokv {
+
+struct CacheConfig {
+  std::string kind = "dense";
+  DenseDtype dense_dtype = DenseDtype::f16;
+  size_t dense_page_tokens = 256;
+  TurboQuantCacheOptions tq;
+  // Class-specific options of other classes (strings, interpreted by that class's maker).
+  std::map<std::string, std::string> options;
+  // Layer indices kept in a DenseKVCache (dense_dtype) whatever `kind` says.
+  std::vector<int> dense_layers;
+};
+
+// Parses "kind[:key=value,...]"; throws turbokv::Error on an unknown key or a bad value.
+CacheConfig parse_cache_config(const std::string& spec);
+// The canonical string of a config; parse_cache_config reads it back into an equivalent config
+// (same values for every field the kind uses).
+std::string format_cache_config(const CacheConfig& config);
+
+// Builds an empty cache of config.kind for one layer; throws turbokv::Error for an unknown kind.
+using CacheMaker =
+    std::function<std::unique_ptr<KVCache>(int kv_heads, int head_dim, const CacheConfig&)>;
+void register_cache_maker(const std::string& kind, CacheMaker maker);
+std::unique_ptr<KVCache> make_kv_cache(int kv_heads, int head_dim, const CacheConfig& config);
+
+// n_layers empty caches (config.dense_layers get a DenseKVCache).
+PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config);
+
+}  // namespace turbokv

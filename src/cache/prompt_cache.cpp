@@ -1,0 +1,153 @@
+#include "turbokv/prompt_cache.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "cache/cache_state_util.hpp"
+#include "core/check.hpp"
+
+namespace turbokv {
+namespace {
+
+template <typename T>
+T parse_number(const std::string& key, const std::string& value) {
+  T out{};
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  TURBOKV_CHECK(ec == std::errc() && end == value.data() + value.size() && !value.empty(),
+                "cache config: '{}' must be a number, got '{}'", key, value);
+  return out;
+}
+
+bool parse_flag(const std::string& key, const std::string& value) {
+  if (value == "1" || value == "true" || value == "yes") return true;
+  if (value == "0" || value == "false" || value == "no") return false;
+  detail::fail("cache config: '{}' must be 0/1 or true/false, got '{}'", key, value);
+}
+
+std::vector<int> parse_layers(const std::string& value) {
+  std::vector<int> layers;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t end = std::min(value.find(';', start), value.size());
+    const int layer = parse_number<int>("dense_layers", value.substr(start, end - start));
+    TURBOKV_CHECK(layer >= 0, "cache config: dense_layers holds negative layer {}", layer);
+    layers.push_back(layer);
+    start = end + 1;
+  }
+  return layers;
+}
+
+}  // namespace
+
+CacheConfig parse_cache_config(const std::string& spec) {
+  CacheConfig config;
+  const size_t colon = spec.find(':');
+  config.kind = spec.substr(0, colon);
+  TURBOKV_CHECK(!config.kind.empty(), "cache config: empty kind in '{}'", spec);
+  if (colon == std::string::npos) return config;
+  const std::string rest = spec.substr(colon + 1);
+  size_t start = 0;
+  while (start < rest.size()) {
+    const size_t end = std::min(rest.find(',', start), rest.size());
+    const std::string item = rest.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    TURBOKV_CHECK(eq != std::string::npos, "cache config: expected key=value, got '{}'", item);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto& tq = config.tq;
+    if (key == "dense_layers") {
+      config.dense_layers = parse_layers(value);
+    } else if (key == "page_tokens") {
+      const auto pt = parse_number<size_t>(key, value);
+      config.dense_page_tokens = pt;
+      tq.page_tokens = pt;
+    } else if (config.kind == "dense" && key == "dtype") {
+      config.dense_dtype = parse_dense_dtype(value);
+    } else if (config.kind == "turboquant") {
+      if (key == "bits") {
+        tq.key_bits = tq.value_bits = parse_number<double>(key, value);
+      } else if (key == "key_bits") {
+        tq.key_bits = parse_number<double>(key, value);
+      } else if (key == "value_bits") {
+        tq.value_bits = parse_number<double>(key, value);
+      } else if (key == "key_codec") {
+        tq.key_codec = parse_codec_kind(value);
+      } else if (key == "value_codec") {
+        tq.value_codec = parse_codec_kind(value);
+      } else if (key == "rotation") {
+        tq.rotation = parse_rotation_kind(value);
+      } else if (key == "seed") {
+        tq.seed = parse_number<uint64_t>(key, value);
+      } else if (key == "fp32_norm") {
+        tq.fp32_norm = parse_flag(key, value);
+      } else if (key == "norm_correction") {
+        tq.norm_correction = parse_flag(key, value);
+      } else if (key == "window") {
+        tq.window = parse_number<size_t>(key, value);
+      } else if (key == "sinks") {
+        tq.sinks = parse_number<size_t>(key, value);
+      } else {
+        detail::fail("cache config: unknown turboquant option '{}'", key);
+      }
+    } else if (config.kind == "dense") {
+      detail::fail("cache config: unknown dense option '{}'", key);
+    } else {
+      config.options[key] = value;
+    }
+  }
+  return config;
+}
+
+std::string format_cache_config(const CacheConfig& c) {
+  std::vector<std::string> items;
+  if (c.kind == "dense") {
+    items.push_back("dtype=" + dense_dtype_name(c.dense_dtype));
+    items.push_back(fmt::format("page_tokens={}", c.dense_page_tokens));
+  } else if (c.kind == "turboquant") {
+    const auto& t = c.tq;
+    items.push_back("key_bits=" + detail::format_double(t.key_bits));
+    items.push_back("value_bits=" + detail::format_double(t.value_bits));
+    items.push_back("key_codec=" + codec_kind_name(t.key_codec));
+    items.push_back("value_codec=" + codec_kind_name(t.value_codec));
+    items.push_back(std::string("rotation=") + rotation_kind_name(t.rotation));
+    items.push_back(fmt::format("seed={}", t.seed));
+    items.push_back(fmt::format("fp32_norm={}", t.fp32_norm ? 1 : 0));
+    items.push_back(fmt::format("norm_correction={}", t.norm_correction ? 1 : 0));
+    items.push_back(fmt::format("window={}", t.window));
+    items.push_back(fmt::format("sinks={}", t.sinks));
+    items.push_back(fmt::format("page_tokens={}", t.page_tokens));
+  } else {
+    for (const auto& [k, v] : c.options) items.push_back(k + "=" + v);
+  }
+  if (!c.dense_layers.empty()) {
+    items.push_back(fmt::format("dense_layers={}", fmt::join(c.dense_layers, ";")));
+  }
+  return items.empty() ? c.kind : c.kind + ":" + fmt::format("{}", fmt::join(items, ","));
+}
+
+PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config) {
+  TURBOKV_CHECK(n_layers >= 0 && n_layers <= 65536,
+                "make_prompt_cache: n_layers must be in [0, 65536], got {}", n_layers);
+  for (int layer : config.dense_layers) {
+    TURBOKV_CHECK(layer < n_layers, "make_prompt_cache: dense layer {} but the model has {} layers",
+                  layer, n_layers);
+  }
+  PromptCache cache;
+  for (int i = 0; i < n_layers; ++i) {
+    const bool dense = std::find(config.dense_layers.begin(), config.dense_layers.end(), i) !=
+                       config.dense_layers.end();
+    if (dense) {
+      cache.add_layer(std::make_unique<DenseKVCache>(kv_heads, head_dim, config.dense_dtype,
+                                                     config.dense_page_tokens));
+    } else {
+      cache.add_layer(make_kv_cache(kv_heads, head_dim, config));
+    }
+  }
+  return cache;
+}
+
+}  // namespace turbokv

@@ -1,0 +1,387 @@
+#include "turbokv/turboquant_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cache/aligned_buffer.hpp"
+#include "cache/cache_state_util.hpp"
+#include "core/check.hpp"
+#include "turbokv/half.hpp"
+
+namespace turbokv {
+namespace {
+
+constexpr size_t kMaxExactTokens = size_t{1} << 24;  // cap on options.window / options.sinks
+
+bool valid_bits(double bits) {
+  return bits >= 1 && bits <= 8 && std::floor(bits * 2) == bits * 2;
+}
+
+}  // namespace
+
+struct TurboQuantKVCache::Page {
+  detail::AlignedBytes keys;
+  detail::AlignedBytes values;
+};
+
+std::string codec_kind_name(TurboQuantCodecKind kind) {
+  return kind == TurboQuantCodecKind::mse ? "mse" : "prod";
+}
+
+TurboQuantCodecKind parse_codec_kind(const std::string& name) {
+  if (name == "mse") return TurboQuantCodecKind::mse;
+  if (name == "prod") return TurboQuantCodecKind::prod;
+  detail::fail("TurboQuantKVCache: codec must be 'mse' or 'prod', got '{}'", name);
+}
+
+TurboQuantKVCache::TurboQuantKVCache(int kv_heads, int head_dim,
+                                     const TurboQuantCacheOptions& options)
+    : kv_heads_(kv_heads), head_dim_(head_dim), options_(options) {
+  TURBOKV_CHECK(kv_heads >= 1 && kv_heads <= 4096,
+                "TurboQuantKVCache: kv_heads must be in [1, 4096], got {}", kv_heads);
+  TURBOKV_CHECK(head_dim >= 2 && head_dim <= 8192,
+                "TurboQuantKVCache: head_dim must be in [2, 8192], got {}", head_dim);
+  TURBOKV_CHECK(valid_bits(options.key_bits),
+                "TurboQuantKVCache: key_bits must be in [1, 8] in steps of 0.5, got {}",
+                options.key_bits);
+  TURBOKV_CHECK(valid_bits(options.value_bits),
+                "TurboQuantKVCache: value_bits must be in [1, 8] in steps of 0.5, got {}",
+                options.value_bits);
+  TURBOKV_CHECK(options.key_codec == TurboQuantCodecKind::mse ||
+                    options.key_codec == TurboQuantCodecKind::prod,
+                "TurboQuantKVCache: unknown key codec {}", static_cast<int>(options.key_codec));
+  TURBOKV_CHECK(options.value_codec == TurboQuantCodecKind::mse,
+                "TurboQuantKVCache: value_codec must be mse (prod estimates inner products, "
+                "values need reconstructions)");
+  TURBOKV_CHECK(options.page_tokens >= 1 && options.page_tokens <= 65536,
+                "TurboQuantKVCache: page_tokens must be in [1, 65536], got {}",
+                options.page_tokens);
+  TURBOKV_CHECK(options.window <= kMaxExactTokens && options.sinks <= kMaxExactTokens,
+                "TurboQuantKVCache: window ({}) and sinks ({}) must be at most {}", options.window,
+                options.sinks, kMaxExactTokens);
+
+  CodecOptions key_options;
+  key_options.dim = head_dim;
+  key_options.bits = options.key_bits;
+  key_options.rotation = options.rotation;
+  key_options.seed = options.seed;
+  key_options.fp32_norm = options.fp32_norm;
+  key_options.norm_correction = options.norm_correction;
+  CodecOptions value_options = key_options;
+  value_options.bits = options.value_bits;
+  value_options.seed = options.seed + 1;
+  if (options.key_codec == TurboQuantCodecKind::prod) {
+    key_prod_ = std::make_unique<TurboQuantProd>(key_options);
+    key_code_size_ = key_prod_->code_size();
+  } else {
+    key_mse_ = std::make_unique<TurboQuantMse>(key_options);
+    key_code_size_ = key_mse_->code_size();
+  }
+  value_mse_ = std::make_unique<TurboQuantMse>(value_options);
+  value_code_size_ = value_mse_->code_size();
+
+  for (auto& buf : sink_buf_) buf.resize(static_cast<size_t>(kv_heads) * options.sinks * head_dim);
+}
+
+TurboQuantKVCache::~TurboQuantKVCache() = default;
+
+size_t TurboQuantKVCache::nbytes() const {
+  const size_t exact = (n_sinks_ + window_size_) * static_cast<size_t>(head_dim_) * 4 * 2;
+  return static_cast<size_t>(kv_heads_) *
+         (compressed_size_ * (key_code_size_ + value_code_size_) + exact);
+}
+
+size_t TurboQuantKVCache::allocated_bytes() const {
+  size_t total = pages_.size() * kv_heads_ * (head_stride_bytes(false) + head_stride_bytes(true));
+  for (int i = 0; i < 2; ++i) {
+    total += (sink_buf_[i].size() + window_buf_[i].size()) * sizeof(float);
+  }
+  return total;
+}
+
+size_t TurboQuantKVCache::tokens_in_page(size_t page) const {
+  TURBOKV_CHECK(page < pages_.size(), "TurboQuantKVCache: page {} out of range ({} pages)", page,
+                pages_.size());
+  return std::min(options_.page_tokens, compressed_size_ - page * options_.page_tokens);
+}
+
+size_t TurboQuantKVCache::head_stride_bytes(bool value) const {
+  const size_t code_size = value ? value_code_size_ : key_code_size_;
+  return detail::round_up_to_alignment(options_.page_tokens * code_size);
+}
+
+uint8_t* TurboQuantKVCache::codes_ptr(size_t page, int head, bool value) const {
+  uint8_t* base = value ? pages_[page]->values.get() : pages_[page]->keys.get();
+  return base + static_cast<size_t>(head) * head_stride_bytes(value);
+}
+
+const uint8_t* TurboQuantKVCache::key_codes(size_t page, int head) const {
+  TURBOKV_CHECK(page < pages_.size() && head >= 0 && head < kv_heads_,
+                "TurboQuantKVCache: key_codes({}, {}) out of range ({} pages, {} heads)", page,
+                head, pages_.size(), kv_heads_);
+  return codes_ptr(page, head, false);
+}
+
+const uint8_t* TurboQuantKVCache::value_codes(size_t page, int head) const {
+  TURBOKV_CHECK(page < pages_.size() && head >= 0 && head < kv_heads_,
+                "TurboQuantKVCache: value_codes({}, {}) out of range ({} pages, {} heads)", page,
+                head, pages_.size(), kv_heads_);
+  return codes_ptr(page, head, true);
+}
+
+float* TurboQuantKVCache::sink_ptr(bool value, int head) const {
+  auto& buf = const_cast<std::vector<float>&>(sink_buf_[value ? 1 : 0]);
+  return buf.data() + static_cast<size_t>(head) * options_.sinks * head_dim_;
+}
+
+float* TurboQuantKVCache::window_base(bool value, int head) const {
+  auto& buf = const_cast<std::vector<float>&>(window_buf_[value ? 1 : 0]);
+  return buf.data() + static_cast<size_t>(head) * window_capacity_ * head_dim_;
+}
+
+const float* TurboQuantKVCache::sink_keys(int head) const {
+  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
+  return sink_ptr(false, head);
+}
+const float* TurboQuantKVCache::sink_values(int head) const {
+  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
+  return sink_ptr(true, head);
+}
+const float* TurboQuantKVCache::window_keys(int head) const {
+  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
+  return window_base(false, head) + window_start_ * head_dim_;
+}
+const float* TurboQuantKVCache::window_values(int head) const {
+  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
+  return window_base(true, head) + window_start_ * head_dim_;
+}
+
+void TurboQuantKVCache::add_page() {
+  auto page = std::make_unique<Page>();
+  page->keys = detail::allocate_aligned(kv_heads_ * head_stride_bytes(false));
+  page->values = detail::allocate_aligned(kv_heads_ * head_stride_bytes(true));
+  pages_.push_back(std::move(page));
+}
+
+void TurboQuantKVCache::compress(const float* keys, const float* values, size_t head_stride,
+                                 size_t count) {
+  const size_t d = head_dim_;
+  const size_t pt = options_.page_tokens;
+  size_t done = 0;
+  while (done < count) {
+    const size_t pos = compressed_size_ + done;
+    const size_t page = pos / pt, slot = pos % pt;
+    if (page == pages_.size()) add_page();
+    const size_t n = std::min(pt - slot, count - done);
+    for (int h = 0; h < kv_heads_; ++h) {
+      const float* k = keys + h * head_stride + done * d;
+      const float* v = values + h * head_stride + done * d;
+      uint8_t* kc = codes_ptr(page, h, false) + slot * key_code_size_;
+      uint8_t* vc = codes_ptr(page, h, true) + slot * value_code_size_;
+      if (key_prod_) {
+        key_prod_->encode(k, n, kc);
+      } else {
+        key_mse_->encode(k, n, kc);
+      }
+      value_mse_->encode(v, n, vc);
+    }
+    done += n;
+  }
+  compressed_size_ += count;
+}
+
+void TurboQuantKVCache::evict_window(size_t count) {
+  // The oldest `count` window tokens move to the compressed pages.
+  const size_t head_stride = window_capacity_ * head_dim_;
+  compress(window_base(false, 0) + window_start_ * head_dim_,
+           window_base(true, 0) + window_start_ * head_dim_, head_stride, count);
+  window_start_ += count;
+  window_size_ -= count;
+  if (window_size_ == 0) window_start_ = 0;
+}
+
+void TurboQuantKVCache::push_window(const float* keys, const float* values, size_t head_stride,
+                                    size_t count) {
+  const size_t d = head_dim_;
+  const size_t needed = window_size_ + count;  // <= options.window
+  if (window_start_ + needed > window_capacity_) {
+    // Compact in place when half the buffer suffices (amortized O(1): at least capacity/2
+    // tokens pass between compactions), otherwise grow (at most 2 * window slots).
+    const size_t new_capacity =
+        needed <= window_capacity_ / 2
+            ? window_capacity_
+            : std::min(std::max<size_t>(2 * needed, 16), 2 * options_.window);
+    for (int i = 0; i < 2; ++i) {
+      std::vector<float> fresh;
+      std::vector<float>* target = &window_buf_[i];
+      if (new_capacity != window_capacity_) {
+        fresh.resize(static_cast<size_t>(kv_heads_) * new_capacity * d);
+        target = &fresh;
+      }
+      for (int h = 0; h < kv_heads_; ++h) {
+        const float* src = window_buf_[i].data() + (h * window_capacity_ + window_start_) * d;
+        float* dst = target->data() + h * new_capacity * d;
+        std::memmove(dst, src, window_size_ * d * sizeof(float));
+      }
+      if (target == &fresh) window_buf_[i] = std::move(fresh);
+    }
+    window_capacity_ = new_capacity;
+    window_start_ = 0;
+  }
+  for (int h = 0; h < kv_heads_; ++h) {
+    const size_t slot = window_start_ + window_size_;
+    std::memcpy(window_base(false, h) + slot * d, keys + h * head_stride, count * d * sizeof(float));
+    std::memcpy(window_base(true, h) + slot * d, values + h * head_stride,
+                count * d * sizeof(float));
+  }
+  window_size_ += count;
+}
+
+void TurboQuantKVCache::append(std::span<const float> keys, std::span<const float> values,
+                               size_t n_tokens) {
+  const size_t d = head_dim_;
+  const size_t row = static_cast<size_t>(kv_heads_) * d;
+  TURBOKV_CHECK(n_tokens <= (size_t{1} << 40) / row,
+                "TurboQuantKVCache::append: n_tokens {} is too large", n_tokens);
+  const size_t expected = n_tokens * row;
+  TURBOKV_CHECK(keys.size() == expected && values.size() == expected,
+                "TurboQuantKVCache::append: expected {} floats ([{}][{}][{}]) for keys and "
+                "values, got {} and {}",
+                expected, kv_heads_, n_tokens, head_dim_, keys.size(), values.size());
+  for (int which = 0; which < 2; ++which) {
+    const std::span<const float> data = which == 0 ? keys : values;
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (!std::isfinite(data[i])) {
+        detail::fail("TurboQuantKVCache::append: {} element {} is {} (NaN/Inf input is rejected)",
+                     which == 0 ? "keys" : "values", i, data[i]);
+      }
+    }
+  }
+  // Only the codec calls can throw (e.g. an fp16 norm overflow); they run before any window
+  // slot is written, so restoring the counters undoes a failed append.
+  const size_t old_sinks = n_sinks_, old_compressed = compressed_size_;
+  const size_t old_window_start = window_start_, old_window_size = window_size_;
+  try {
+    append_checked(keys.data(), values.data(), n_tokens);
+  } catch (...) {
+    n_sinks_ = old_sinks;
+    compressed_size_ = old_compressed;
+    window_start_ = old_window_start;
+    window_size_ = old_window_size;
+    pages_.resize((compressed_size_ + options_.page_tokens - 1) / options_.page_tokens);
+    throw;
+  }
+}
+
+void TurboQuantKVCache::append_checked(const float* keys, const float* values, size_t n_tokens) {
+  const size_t d = head_dim_;
+  const size_t head_stride = n_tokens * d;
+  size_t first = 0;
+  // Sinks: the first options.sinks tokens ever appended (if a trim reached into the sinks, the
+  // other regions are empty, so the next tokens are sinks again).
+  if (n_sinks_ < options_.sinks) {
+    const size_t m = std::min(options_.sinks - n_sinks_, n_tokens);
+    for (int h = 0; h < kv_heads_; ++h) {
+      std::memcpy(sink_ptr(false, h) + n_sinks_ * d, keys + h * head_stride,
+                  m * d * sizeof(float));
+      std::memcpy(sink_ptr(true, h) + n_sinks_ * d, values + h * head_stride,
+                  m * d * sizeof(float));
+    }
+    n_sinks_ += m;
+    first = m;
+  }
+  const size_t rest = n_tokens - first;
+  if (rest == 0) return;
+  const size_t total = window_size_ + rest;
+  size_t evict = total > options_.window ? total - options_.window : 0;
+  // Oldest first: window tokens, then the oldest of the new tokens.
+  const size_t from_window = std::min(evict, window_size_);
+  if (from_window > 0) evict_window(from_window);
+  const size_t from_input = evict - from_window;
+  if (from_input > 0) {
+    compress(keys + first * d, values + first * d, head_stride, from_input);
+  }
+  const size_t to_window = rest - from_input;
+  if (to_window > 0) {
+    // Window tokens are encoded only when they leave the window; encode them now into scratch
+    // too, so a vector the codec refuses is rejected by this append, not by a later one.
+    std::vector<uint8_t> scratch(to_window * std::max(key_code_size_, value_code_size_));
+    for (int h = 0; h < kv_heads_; ++h) {
+      const float* k = keys + h * head_stride + (first + from_input) * d;
+      const float* v = values + h * head_stride + (first + from_input) * d;
+      if (key_prod_) {
+        key_prod_->encode(k, to_window, scratch.data());
+      } else {
+        key_mse_->encode(k, to_window, scratch.data());
+      }
+      value_mse_->encode(v, to_window, scratch.data());
+    }
+    push_window(keys + (first + from_input) * d, values + (first + from_input) * d, head_stride,
+                to_window);
+  }
+}
+
+void TurboQuantKVCache::append_half(std::span<const uint16_t> keys,
+                                    std::span<const uint16_t> values, size_t n_tokens,
+                                    HalfFormat format) {
+  TURBOKV_CHECK(keys.size() == values.size(),
+                "TurboQuantKVCache::append_half: keys ({}) and values ({}) differ in size",
+                keys.size(), values.size());
+  auto convert = [format](uint16_t x) {
+    return format == HalfFormat::f16 ? half_to_float(x) : bf16_to_float(x);
+  };
+  std::vector<float> k(keys.size()), v(values.size());
+  std::transform(keys.begin(), keys.end(), k.begin(), convert);
+  std::transform(values.begin(), values.end(), v.begin(), convert);
+  append(k, v, n_tokens);
+}
+
+void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) const {
+  const size_t d = head_dim_;
+  const size_t n = size();
+  const size_t expected = static_cast<size_t>(kv_heads_) * n * d;
+  TURBOKV_CHECK(keys.size() == expected && values.size() == expected,
+                "TurboQuantKVCache::fetch: expected {} floats ([{}][{}][{}]) for keys and "
+                "values, got {} and {}",
+                expected, kv_heads_, n, head_dim_, keys.size(), values.size());
+  for (int h = 0; h < kv_heads_; ++h) {
+    float* k = keys.data() + h * n * d;
+    float* v = values.data() + h * n * d;
+    std::memcpy(k, sink_ptr(false, h), n_sinks_ * d * sizeof(float));
+    std::memcpy(v, sink_ptr(true, h), n_sinks_ * d * sizeof(float));
+    size_t t = n_sinks_;
+    for (size_t p = 0; p < pages_.size(); ++p) {
+      const size_t m = tokens_in_page(p);
+      if (key_prod_) {
+        key_prod_->decode(codes_ptr(p, h, false), m, k + t * d);
+      } else {
+        key_mse_->decode(codes_ptr(p, h, false), m, k + t * d);
+      }
+      value_mse_->decode(codes_ptr(p, h, true), m, v + t * d);
+      t += m;
+    }
+    if (window_size_ > 0) {
+      std::memcpy(k + t * d, window_keys(h), window_size_ * d * sizeof(float));
+      std::memcpy(v + t * d, window_values(h), window_size_ * d * sizeof(float));
+    }
+  }
+}
+
+size_t TurboQuantKVCache::trim(size_t n) {
+  const size_t dropped = std::min(n, size());
+  size_t left = dropped;
+  const size_t from_window = std::min(left, window_size_);
+  window_size_ -= from_window;
+  if (window_size_ == 0) window_start_ = 0;
+  left -= from_window;
+  const size_t from_compressed = std::min(left, compressed_size_);
+  compressed_size_ -= from_compressed;
+  left -= from_compressed;
+  const size_t pt = options_.page_tokens;
+  pages_.resize((compressed_size_ + pt - 1) / pt);
+  n_sinks_ -= left;
+  return dropped;
+}
+
+}  // namespace turbokv

@@ -1,0 +1,227 @@
+// TurboQuantKVCache: saved state (save_state / from_state) and conversion from other caches.
+//
+// Saved state (docs/formats.md): metadata
+//   class=turboquant, kv_heads, head_dim, key_bits, value_bits, key_codec, value_codec,
+//   rotation, seed, fp32_norm, norm_correction, window, sinks, page_tokens, tokens, n_sinks,
+//   compressed, window_size, key_code_size, value_code_size, key_checksum, value_checksum
+// and tensors
+//   sink_keys, sink_values     F32 [kv_heads][n_sinks][head_dim]
+//   key_codes                  U8  [kv_heads][compressed][key_code_size]
+//   value_codes                U8  [kv_heads][compressed][value_code_size]
+//   window_keys, window_values F32 [kv_heads][window_size][head_dim]
+// The checksums hash the codec's rotation checksum and its codebooks' checksums, so a file
+// whose codes would decode differently on this build is rejected instead of silently misread.
+#include <cmath>
+#include <cstring>
+
+#include "cache/cache_state_util.hpp"
+#include "core/check.hpp"
+#include "core/hash.hpp"
+#include "turbokv/codebook.hpp"
+#include "turbokv/turboquant_cache.hpp"
+
+namespace turbokv {
+namespace {
+
+template <typename Codec>
+uint64_t codec_checksum(const Codec& codec) {
+  detail::Hasher hasher;
+  hasher.add(codec.rotation().checksum());
+  hasher.add(codec.codebook(0).checksum());
+  if (codec.layout().dims_lo > 0) hasher.add(codec.codebook(1).checksum());
+  return hasher.finish();
+}
+
+uint64_t key_checksum(const TurboQuantKVCache& cache) {
+  return cache.key_prod() ? codec_checksum(*cache.key_prod()) : codec_checksum(*cache.key_mse());
+}
+
+const char* bool_name(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+CacheState TurboQuantKVCache::save_state() const {
+  const TurboQuantCacheOptions& o = options_;
+  CacheState state;
+  state.metadata = {
+      {"class", class_name()},
+      {"kv_heads", std::to_string(kv_heads_)},
+      {"head_dim", std::to_string(head_dim_)},
+      {"key_bits", detail::format_double(o.key_bits)},
+      {"value_bits", detail::format_double(o.value_bits)},
+      {"key_codec", codec_kind_name(o.key_codec)},
+      {"value_codec", codec_kind_name(o.value_codec)},
+      {"rotation", rotation_kind_name(o.rotation)},
+      {"seed", std::to_string(o.seed)},
+      {"fp32_norm", bool_name(o.fp32_norm)},
+      {"norm_correction", bool_name(o.norm_correction)},
+      {"window", std::to_string(o.window)},
+      {"sinks", std::to_string(o.sinks)},
+      {"page_tokens", std::to_string(o.page_tokens)},
+      {"tokens", std::to_string(size())},
+      {"n_sinks", std::to_string(n_sinks_)},
+      {"compressed", std::to_string(compressed_size_)},
+      {"window_size", std::to_string(window_size_)},
+      {"key_code_size", std::to_string(key_code_size_)},
+      {"value_code_size", std::to_string(value_code_size_)},
+      {"key_checksum", std::to_string(key_checksum(*this))},
+      {"value_checksum", std::to_string(codec_checksum(*value_mse_))},
+  };
+  const size_t d = head_dim_;
+  const int64_t H = kv_heads_, D = head_dim_;
+  auto exact = [&](const char* name, size_t n, auto&& ptr) {
+    TensorBlob blob{name, "F32", {H, static_cast<int64_t>(n), D}, {}};
+    blob.data.resize(kv_heads_ * n * d * sizeof(float));
+    for (int h = 0; h < kv_heads_; ++h) {
+      if (n > 0) std::memcpy(blob.data.data() + h * n * d * sizeof(float), ptr(h), n * d * sizeof(float));
+    }
+    state.tensors.push_back(std::move(blob));
+  };
+  auto codes = [&](const char* name, bool value) {
+    const size_t cs = value ? value_code_size_ : key_code_size_;
+    TensorBlob blob{name, "U8", {H, static_cast<int64_t>(compressed_size_), static_cast<int64_t>(cs)}, {}};
+    blob.data.resize(kv_heads_ * compressed_size_ * cs);
+    for (int h = 0; h < kv_heads_; ++h) {
+      for (size_t p = 0; p < pages_.size(); ++p) {
+        std::memcpy(blob.data.data() + (h * compressed_size_ + p * options_.page_tokens) * cs,
+                    codes_ptr(p, h, value), tokens_in_page(p) * cs);
+      }
+    }
+    state.tensors.push_back(std::move(blob));
+  };
+  exact("sink_keys", n_sinks_, [&](int h) { return sink_keys(h); });
+  exact("sink_values", n_sinks_, [&](int h) { return sink_values(h); });
+  codes("key_codes", false);
+  codes("value_codes", true);
+  exact("window_keys", window_size_, [&](int h) { return window_keys(h); });
+  exact("window_values", window_size_, [&](int h) { return window_values(h); });
+  return state;
+}
+
+std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheState& state) {
+  using namespace detail;
+  TURBOKV_CHECK(meta_string(state, "class") == "turboquant",
+                "TurboQuantKVCache: state has class '{}', expected 'turboquant'",
+                meta_string(state, "class"));
+  const int kv_heads = static_cast<int>(meta_int(state, "kv_heads", 1, 4096));
+  const int head_dim = static_cast<int>(meta_int(state, "head_dim", 2, 8192));
+  TurboQuantCacheOptions o;
+  o.key_bits = meta_double(state, "key_bits", 1, 8);
+  o.value_bits = meta_double(state, "value_bits", 1, 8);
+  o.key_codec = parse_codec_kind(meta_string(state, "key_codec"));
+  o.value_codec = parse_codec_kind(meta_string(state, "value_codec"));
+  o.rotation = parse_rotation_kind(meta_string(state, "rotation"));
+  o.seed = meta_u64(state, "seed");
+  o.fp32_norm = meta_bool(state, "fp32_norm");
+  o.norm_correction = meta_bool(state, "norm_correction");
+  o.window = static_cast<size_t>(meta_int(state, "window", 0, int64_t{1} << 24));
+  o.sinks = static_cast<size_t>(meta_int(state, "sinks", 0, int64_t{1} << 24));
+  o.page_tokens = static_cast<size_t>(meta_int(state, "page_tokens", 1, 65536));
+  const int64_t max_tokens = (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim);
+  const auto tokens = static_cast<size_t>(meta_int(state, "tokens", 0, max_tokens));
+  const auto n_sinks = static_cast<size_t>(meta_int(state, "n_sinks", 0, static_cast<int64_t>(o.sinks)));
+  const auto compressed = static_cast<size_t>(meta_int(state, "compressed", 0, max_tokens));
+  const auto window_size =
+      static_cast<size_t>(meta_int(state, "window_size", 0, static_cast<int64_t>(o.window)));
+  TURBOKV_CHECK(n_sinks + compressed + window_size == tokens,
+                "TurboQuantKVCache: n_sinks ({}) + compressed ({}) + window_size ({}) != tokens "
+                "({})", n_sinks, compressed, window_size, tokens);
+  TURBOKV_CHECK(n_sinks == o.sinks || (compressed == 0 && window_size == 0),
+                "TurboQuantKVCache: {} of {} sinks filled but later regions hold tokens", n_sinks,
+                o.sinks);
+
+  // Builds the codecs (and validates the options) before any tensor is touched.
+  auto cache = std::make_unique<TurboQuantKVCache>(kv_heads, head_dim, o);
+  const auto key_cs = meta_int(state, "key_code_size", 1, int64_t{1} << 20);
+  const auto value_cs = meta_int(state, "value_code_size", 1, int64_t{1} << 20);
+  TURBOKV_CHECK(static_cast<size_t>(key_cs) == cache->key_code_size_ &&
+                    static_cast<size_t>(value_cs) == cache->value_code_size_,
+                "TurboQuantKVCache: code sizes in the file ({}, {}) differ from this build's "
+                "codecs ({}, {})",
+                key_cs, value_cs, cache->key_code_size_, cache->value_code_size_);
+  TURBOKV_CHECK(meta_u64(state, "key_checksum") == key_checksum(*cache),
+                "TurboQuantKVCache: key codec checksum mismatch: the codebook or rotation of this "
+                "build differs from the one that wrote the file");
+  TURBOKV_CHECK(meta_u64(state, "value_checksum") == codec_checksum(*cache->value_mse_),
+                "TurboQuantKVCache: value codec checksum mismatch: the codebook or rotation of "
+                "this build differs from the one that wrote the file");
+
+  check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
+                             "window_keys", "window_values"});
+  const int64_t H = kv_heads, D = head_dim;
+  const size_t d = head_dim;
+  const auto& sk = find_tensor(state, "sink_keys", "F32", {H, static_cast<int64_t>(n_sinks), D});
+  const auto& sv = find_tensor(state, "sink_values", "F32", {H, static_cast<int64_t>(n_sinks), D});
+  const auto& kc = find_tensor(state, "key_codes", "U8", {H, static_cast<int64_t>(compressed), key_cs});
+  const auto& vc = find_tensor(state, "value_codes", "U8", {H, static_cast<int64_t>(compressed), value_cs});
+  const auto& wk = find_tensor(state, "window_keys", "F32", {H, static_cast<int64_t>(window_size), D});
+  const auto& wv = find_tensor(state, "window_values", "F32", {H, static_cast<int64_t>(window_size), D});
+
+  // Exact tokens are never re-encoded; reject non-finite ones as append() would have.
+  for (const TensorBlob* t : {&sk, &sv, &wk, &wv}) {
+    for (size_t i = 0; i < t->data.size(); i += 4) {
+      float x;
+      std::memcpy(&x, t->data.data() + i, 4);
+      TURBOKV_CHECK(std::isfinite(x), "TurboQuantKVCache: tensor '{}' holds a non-finite value",
+                    t->name);
+    }
+  }
+  for (int h = 0; h < kv_heads; ++h) {
+    std::memcpy(cache->sink_ptr(false, h), sk.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
+    std::memcpy(cache->sink_ptr(true, h), sv.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
+  }
+  cache->n_sinks_ = n_sinks;
+  // Codes go straight into pages (no re-encoding: bit-exact by construction).
+  const size_t pt = o.page_tokens;
+  for (size_t first = 0; first < compressed; first += pt) {
+    const size_t n = std::min(pt, compressed - first);
+    cache->add_page();
+    const size_t p = cache->pages_.size() - 1;
+    for (int h = 0; h < kv_heads; ++h) {
+      std::memcpy(cache->codes_ptr(p, h, false), kc.data.data() + (h * compressed + first) * key_cs,
+                  n * key_cs);
+      std::memcpy(cache->codes_ptr(p, h, true), vc.data.data() + (h * compressed + first) * value_cs,
+                  n * value_cs);
+    }
+  }
+  cache->compressed_size_ = compressed;
+  if (window_size > 0) {
+    std::vector<float> k(kv_heads * window_size * d), v(k.size());
+    std::memcpy(k.data(), wk.data.data(), k.size() * 4);
+    std::memcpy(v.data(), wv.data.data(), v.size() * 4);
+    cache->push_window(k.data(), v.data(), window_size * d, window_size);
+  }
+  return cache;
+}
+
+std::unique_ptr<TurboQuantKVCache> to_turboquant(const DenseKVCache& dense,
+                                                 const TurboQuantCacheOptions& options) {
+  auto cache = std::make_unique<TurboQuantKVCache>(dense.kv_heads(), dense.head_dim(), options);
+  // Page-sized chunks keep the scratch small; chunking does not change the codes.
+  const size_t chunk = dense.page_tokens();
+  const size_t row = static_cast<size_t>(dense.kv_heads()) * dense.head_dim();
+  std::vector<float> k, v;
+  for (size_t first = 0; first < dense.size(); first += chunk) {
+    const size_t n = std::min(chunk, dense.size() - first);
+    k.resize(n * row);
+    v.resize(n * row);
+    dense.fetch_range(first, n, k, v);
+    cache->append(k, v, n);
+  }
+  return cache;
+}
+
+std::unique_ptr<TurboQuantKVCache> to_turboquant(const KVCache& source,
+                                                 const TurboQuantCacheOptions& options) {
+  if (const auto* dense = dynamic_cast<const DenseKVCache*>(&source)) {
+    return to_turboquant(*dense, options);
+  }
+  const size_t n = static_cast<size_t>(source.kv_heads()) * source.size() * source.head_dim();
+  std::vector<float> k(n), v(n);
+  source.fetch(k, v);
+  auto cache = std::make_unique<TurboQuantKVCache>(source.kv_heads(), source.head_dim(), options);
+  cache->append(k, v, source.size());
+  return cache;
+}
+
+}  // namespace turbokv
