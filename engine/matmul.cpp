@@ -41,7 +41,12 @@ void scalar_dot4x2(const float* const* w, const float* const* x, int64_t cols, f
 
 template <GgmlType T>
 RowKernels make_scalar() {
-  return RowKernels{&scalar_dot<T>, &scalar_decode<T>, &scalar_dot4x2, &scalar_dot_f32};
+  RowKernels k;
+  k.dot = &scalar_dot<T>;
+  k.decode = &scalar_decode<T>;
+  k.dot4x2 = &scalar_dot4x2;
+  k.dot_f32 = &scalar_dot_f32;
+  return k;
 }
 
 }  // namespace
@@ -64,6 +69,7 @@ RowKernels scalar_kernels(GgmlType type) {
 namespace {
 
 std::atomic<bool> g_force_scalar{false};
+std::atomic<bool> g_q8_activations{true};
 
 detail::RowKernels kernels_for(GgmlType type) {
   if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) {
@@ -95,10 +101,26 @@ const char* kernel_isa() {
 
 void force_scalar_kernels(bool scalar) { g_force_scalar.store(scalar, std::memory_order_relaxed); }
 
+void set_q8_activations(bool enabled) { g_q8_activations.store(enabled, std::memory_order_relaxed); }
+bool q8_activations() { return g_q8_activations.load(std::memory_order_relaxed); }
+
 void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool& pool) {
   const size_t stride = checked_stride(w, "matvec");
   const detail::RowKernels k = kernels_for(w.type);
   const auto* base = static_cast<const uint8_t*>(w.data);
+  if (k.dot_q8 != nullptr && q8_activations() && w.rows > 0) {
+    thread_local std::vector<uint8_t> x_q8;
+    x_q8.resize(row_bytes(GgmlType::Q8_0, w.cols));
+    quantize_row(GgmlType::Q8_0, x, w.cols, x_q8.data());
+    const uint8_t* xq = x_q8.data();
+    pool.parallel_for(
+        static_cast<size_t>(w.rows),
+        [&](size_t begin, size_t end) {
+          for (size_t r = begin; r < end; ++r) y[r] = k.dot_q8(base + r * stride, xq, w.cols);
+        },
+        min_rows_per_chunk(w.cols));
+    return;
+  }
   pool.parallel_for(
       static_cast<size_t>(w.rows),
       [&](size_t begin, size_t end) {

@@ -217,6 +217,50 @@ TKV_AVX2 float dot_row_q6_k(const uint8_t* row, const float* x, int64_t cols) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// Sum over 32 lanes of w[i] * x[i] for int8 w and x, as 8 int32 partial sums converted to
+// float. maddubs needs an unsigned operand: |w| with w's sign moved onto x.
+TKV_AVX2 inline __m256 dot32_i8_i8(__m256i w, __m256i x) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(products, _mm256_set1_epi16(1)));
+}
+
+TKV_AVX2 float dot_q8_row_q8_0(const uint8_t* row, const uint8_t* xq, int64_t cols) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t blocks = cols / 32;
+  for (int64_t b = 0; b < blocks; ++b, row += 34, xq += 34) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 2));
+    const __m256 d = _mm256_set1_ps(load_half(row) * load_half(xq));
+    if (b & 1) {
+      acc1 = _mm256_fmadd_ps(d, dot32_i8_i8(w, x), acc1);
+    } else {
+      acc0 = _mm256_fmadd_ps(d, dot32_i8_i8(w, x), acc0);
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t cols) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m128i low_mask = _mm_set1_epi8(15);
+  const __m256i eight = _mm256_set1_epi8(8);
+  const int64_t blocks = cols / 32;
+  for (int64_t b = 0; b < blocks; ++b, row += 18, xq += 34) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2));
+    const __m128i lo = _mm_and_si128(bytes, low_mask);                       // values 0..15
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask);  // values 16..31
+    const __m256i w = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 2));
+    const __m256 d = _mm256_set1_ps(load_half(row) * load_half(xq));
+    if (b & 1) {
+      acc1 = _mm256_fmadd_ps(d, dot32_i8_i8(w, x), acc1);
+    } else {
+      acc0 = _mm256_fmadd_ps(d, dot32_i8_i8(w, x), acc0);
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
 TKV_AVX2 void decode_f16(const uint8_t* row, int64_t cols, float* out) {
   int64_t i = 0;
   for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(out + i, load_f16x8(row + 2 * i));
@@ -299,8 +343,16 @@ RowKernels avx2_kernels(GgmlType type) {
     case GgmlType::F32: k.dot = &dot_row_f32; break;
     case GgmlType::F16: k.dot = &dot_row_f16; k.decode = &decode_f16; break;
     case GgmlType::BF16: k.dot = &dot_row_bf16; k.decode = &decode_bf16; break;
-    case GgmlType::Q8_0: k.dot = &dot_row_q8_0; k.decode = &decode_q8_0; break;
-    case GgmlType::Q4_0: k.dot = &dot_row_q4_0; k.decode = &decode_q4_0; break;
+    case GgmlType::Q8_0:
+      k.dot = &dot_row_q8_0;
+      k.dot_q8 = &dot_q8_row_q8_0;
+      k.decode = &decode_q8_0;
+      break;
+    case GgmlType::Q4_0:
+      k.dot = &dot_row_q4_0;
+      k.dot_q8 = &dot_q8_row_q4_0;
+      k.decode = &decode_q4_0;
+      break;
     case GgmlType::Q4_K: k.dot = &dot_row_q4_k; break;
     case GgmlType::Q6_K: k.dot = &dot_row_q6_k; break;
   }

@@ -15,8 +15,13 @@ using RowDecodeFn = void (*)(const uint8_t* row, int64_t cols, float* out);
 // out[r * 2 + t] = dot(w[r], x[t]) for r < 4, t < 2: the register tile of the batched product.
 using Dot4x2Fn = void (*)(const float* const* w, const float* const* x, int64_t cols, float* out);
 
+// Dot product of one encoded row with x given as Q8_0 blocks (x quantized once per matvec):
+// integer products inside each block of 32, one float multiply-add per block.
+using RowDotQ8Fn = float (*)(const uint8_t* row, const uint8_t* x_q8_0, int64_t cols);
+
 struct RowKernels {
   RowDotFn dot = nullptr;
+  RowDotQ8Fn dot_q8 = nullptr;  // only Q8_0 and Q4_0 weights on AVX2
   RowDecodeFn decode = nullptr;
   Dot4x2Fn dot4x2 = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;

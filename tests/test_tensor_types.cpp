@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/tensor_types.hpp"
@@ -217,6 +218,16 @@ std::vector<float> abs_products(const WeightMatrix& w, const float* x) {
   return out;
 }
 
+// What the AVX2 path multiplies Q8_0/Q4_0 rows with: x after a Q8_0 round trip.
+std::vector<float> q8_round_trip(const std::vector<float>& x) {
+  const auto cols = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> q(row_bytes(GgmlType::Q8_0, cols));
+  quantize_row(GgmlType::Q8_0, x.data(), cols, q.data());
+  std::vector<float> out(x.size());
+  dequantize_row({GgmlType::Q8_0, 1, cols, q.data()}, 0, out.data());
+  return out;
+}
+
 TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
   ThreadPool pool2(2), pool1(1);
   for (const auto& c : kCases) {
@@ -225,19 +236,54 @@ TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
     const WeightMatrix w{c.type, rows, c.cols, bytes.data()};
     const auto x = random_floats(static_cast<size_t>(c.cols), 11);
     std::vector<float> want(rows), got(rows);
-    matvec_reference(w, x.data(), want.data());
-    const auto magnitude = abs_products(w, x.data());
     for (bool scalar : {false, true}) {
-      force_scalar_kernels(scalar);
-      for (ThreadPool* pool : {&pool1, &pool2}) {
-        std::fill(got.begin(), got.end(), NAN);
-        matvec(w, x.data(), got.data(), *pool);
-        SCOPED_TRACE(testing::Message() << type_name(c.type) << " cols " << c.cols << " isa " << kernel_isa()
-                                        << " threads " << pool->size());
-        expect_close(got, want, magnitude, "matvec");
+      for (bool q8 : {true, false}) {
+        force_scalar_kernels(scalar);
+        set_q8_activations(q8);
+        const bool q8_path = q8 && std::string(kernel_isa()) == "avx2" &&
+                             (c.type == GgmlType::Q8_0 || c.type == GgmlType::Q4_0);
+        const auto x_used = q8_path ? q8_round_trip(x) : x;
+        matvec_reference(w, x_used.data(), want.data());
+        const auto magnitude = abs_products(w, x_used.data());
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          std::fill(got.begin(), got.end(), NAN);
+          matvec(w, x.data(), got.data(), *pool);
+          SCOPED_TRACE(testing::Message() << type_name(c.type) << " cols " << c.cols << " isa " << kernel_isa()
+                                          << " q8 activations " << q8_path << " threads " << pool->size());
+          expect_close(got, want, magnitude, "matvec");
+        }
       }
     }
     force_scalar_kernels(false);
+    set_q8_activations(true);
+  }
+}
+
+// The Q8_0-activation path stays close to the exact float product: the x rounding costs at most
+// half a step (max|x| / 254 per block) per element.
+TEST(TensorTypes, Q8ActivationErrorIsBounded) {
+  ThreadPool pool(1);
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const int64_t rows = 9, cols = 256;
+    const auto bytes = random_matrix(type, rows, cols, 21);
+    const WeightMatrix w{type, rows, cols, bytes.data()};
+    const auto x = random_floats(static_cast<size_t>(cols), 23);
+    std::vector<float> exact(rows), got(rows), row(cols);
+    matvec_reference(w, x.data(), exact.data());
+    matvec(w, x.data(), got.data(), pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w, r, row.data());
+      double bound = 0;
+      for (int64_t b = 0; b < cols; b += 32) {
+        float amax = 0, wsum = 0;
+        for (int64_t i = b; i < b + 32; ++i) {
+          amax = std::max(amax, std::fabs(x[i]));
+          wsum += std::fabs(row[i]);
+        }
+        bound += wsum * (amax / 254.0f + amax * 0x1p-10f);
+      }
+      EXPECT_LE(std::fabs(got[r] - exact[r]), bound * 1.001 + 1e-6) << type_name(type) << " row " << r;
+    }
   }
 }
 

@@ -1,0 +1,113 @@
+// matvec / matmul per weight type at Llama-3.2-1B sizes: 2048x2048 (attention q/o) and
+// 8192x2048 (MLP gate/up: 8192 rows of 2048). bytes_per_second counts the weight bytes read,
+// so it reads directly as weight bandwidth. Threads: 1 and 2 (the machine's cores).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/tensor_types.hpp"
+#include "turbokv/half.hpp"
+#include "turbokv/thread_pool.hpp"
+
+namespace turbokv::engine {
+namespace {
+
+constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                               GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
+
+// Random weights with sane fp16 scales in every block.
+const std::vector<uint8_t>& weights(GgmlType type, int64_t rows, int64_t cols) {
+  static std::map<std::tuple<GgmlType, int64_t, int64_t>, std::vector<uint8_t>> cache;
+  auto& bytes = cache[{type, rows, cols}];
+  if (!bytes.empty()) return bytes;
+  const size_t stride = row_bytes(type, cols);
+  bytes.resize(stride * static_cast<size_t>(rows));
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  if (block_size(type) == 1 || type == GgmlType::Q8_0 || type == GgmlType::Q4_0) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& v : row) v = normal(rng);
+      quantize_row(type, row.data(), cols, bytes.data() + static_cast<size_t>(r) * stride);
+    }
+    return bytes;
+  }
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  const uint16_t d = float_to_half(0.001f);
+  for (size_t at = 0; at < bytes.size(); at += block_bytes(type)) {
+    if (type == GgmlType::Q4_K) {
+      std::memcpy(&bytes[at], &d, 2);
+      std::memcpy(&bytes[at + 2], &d, 2);
+    } else {
+      std::memcpy(&bytes[at + 208], &d, 2);
+    }
+  }
+  return bytes;
+}
+
+ThreadPool& pool(int threads) {
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<ThreadPool>(threads);
+  return *p;
+}
+
+// Args: type index, rows, cols, threads, batch n (1 = matvec), kernels: 0 = best (AVX2, x as
+// Q8_0 for Q8_0/Q4_0 weights), 1 = scalar, 2 = AVX2 with x kept in float.
+void BM_Product(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int64_t rows = state.range(1), cols = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  const int64_t n = state.range(4);
+  const int64_t mode = state.range(5);
+  force_scalar_kernels(mode == 1);
+  set_q8_activations(mode != 2);
+  const auto& bytes = weights(type, rows, cols);
+  const WeightMatrix w{type, rows, cols, bytes.data()};
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
+  ThreadPool& p = pool(threads);
+  for (auto _ : state) {
+    if (n == 1) {
+      matvec(w, x.data(), y.data(), p);
+    } else {
+      matmul(w, x.data(), n, y.data(), p);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols * n) * state.iterations(),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  const char* mode_name = mode == 1 ? "scalar" : mode == 2 ? "avx2, float x" : kernel_isa();
+  state.SetLabel(std::string(type_name(type)) + " " + mode_name);
+  force_scalar_kernels(false);
+  set_q8_activations(true);
+}
+
+void matvec_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "rows", "cols", "threads", "n", "kernels"});
+  for (int t = 0; t < 7; ++t) {
+    for (int threads : {1, 2}) {
+      b->Args({t, 2048, 2048, threads, 1, 0});
+      b->Args({t, 8192, 2048, threads, 1, 0});
+    }
+    b->Args({t, 2048, 2048, 1, 1, 1});  // the scalar kernels, for the ratio
+  }
+  // Q8_0 / Q4_0 with x kept in float (decoded in registers), against the Q8_0-activation default.
+  for (int t : {3, 4}) {
+    for (int threads : {1, 2}) {
+      b->Args({t, 2048, 2048, threads, 1, 2});
+      b->Args({t, 8192, 2048, threads, 1, 2});
+    }
+  }
+  // Batched prefill (16 tokens) on the MLP-sized matrix.
+  for (int t : {0, 1, 3, 4}) b->Args({t, 8192, 2048, 2, 16, 0});
+}
+
+BENCHMARK(BM_Product)->Apply(matvec_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace turbokv::engine
