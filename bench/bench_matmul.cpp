@@ -96,8 +96,8 @@ void matvec_args(benchmark::internal::Benchmark* b) {
     }
     b->Args({t, 2048, 2048, 1, 1, 1});  // the scalar kernels, for the ratio
   }
-  // Q8_0 / Q4_0 with x kept in float (decoded in registers), against the Q8_0-activation default.
-  for (int t : {3, 4}) {
+  // Quantized types with x kept in float (decoded in registers), against the Q8_0-activation default.
+  for (int t : {3, 4, 5, 6}) {
     for (int threads : {1, 2}) {
       b->Args({t, 2048, 2048, threads, 1, 2});
       b->Args({t, 8192, 2048, threads, 1, 2});

@@ -261,6 +261,93 @@ TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t co
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// Sum of u[i] * x[i] over 32 lanes, u unsigned (at most 127), x int8: 8 int32 partial sums.
+TKV_AVX2 inline __m256i dot32_u8_i8(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+TKV_AVX2 inline __m256i load_q8_values(const uint8_t* block) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+}
+
+// Q4_K: sub-block j of a super-block lines up with one Q8_0 block of x, so
+// dot = sum_j dx_j * (d * sc_j * sum(q * xq) - dmin * m_j * sum(xq)).
+TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low_mask = _mm256_set1_epi8(15);
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 144, xq += 8 * 34) {
+    const float d = load_half(row);
+    const float dmin = load_half(row + 2);
+    const uint8_t* s = row + 4;
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 4; ++j) {
+      sc[j] = s[j] & 63;
+      mn[j] = s[j + 4] & 63;
+      sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+      mn[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
+      const __m256i nibbles[2] = {_mm256_and_si256(q, low_mask),
+                                  _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask)};
+      for (int part = 0; part < 2; ++part) {
+        const int j = 2 * chunk + part;
+        const uint8_t* xb = xq + 34 * j;
+        const __m256i x = load_q8_values(xb);
+        const float dx = load_half(xb);
+        const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(nibbles[part], x));
+        const __m256 xs = _mm256_cvtepi32_ps(dot32_u8_i8(ones, x));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[j] * dx), qx, acc);
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * mn[j] * dx), xs, acc);
+      }
+    }
+  }
+  return hsum(acc);
+}
+
+// Q6_K: each 32-value run (one Q8_0 block of x) holds two sub-blocks of 16 with their own int8
+// scales: the scales ride in the madd that widens the int16 products.
+TKV_AVX2 float dot_q8_row_q6_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i bias = _mm256_set1_epi8(32);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 210, xq += 8 * 34) {
+    const float d = load_half(row + 208);
+    const auto* scales = reinterpret_cast<const int8_t*>(row + 192);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * half));
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+      const int8_t* sc = scales + 8 * half;
+      for (int k = 0; k < 4; ++k) {
+        const __m256i v = _mm256_sub_epi8(q[k], bias);  // [-32, 31]
+        const uint8_t* xb = xq + 34 * (4 * half + k);
+        const __m256i x = load_q8_values(xb);
+        const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v));
+        const __m256i scale16 = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(products, scale16));
+        const __m256 dd = _mm256_set1_ps(d * load_half(xb));
+        if (k & 1) {
+          acc1 = _mm256_fmadd_ps(dd, sum, acc1);
+        } else {
+          acc0 = _mm256_fmadd_ps(dd, sum, acc0);
+        }
+      }
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
 TKV_AVX2 void decode_f16(const uint8_t* row, int64_t cols, float* out) {
   int64_t i = 0;
   for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(out + i, load_f16x8(row + 2 * i));
@@ -353,8 +440,14 @@ RowKernels avx2_kernels(GgmlType type) {
       k.dot_q8 = &dot_q8_row_q4_0;
       k.decode = &decode_q4_0;
       break;
-    case GgmlType::Q4_K: k.dot = &dot_row_q4_k; break;
-    case GgmlType::Q6_K: k.dot = &dot_row_q6_k; break;
+    case GgmlType::Q4_K:
+      k.dot = &dot_row_q4_k;
+      k.dot_q8 = &dot_q8_row_q4_k;
+      break;
+    case GgmlType::Q6_K:
+      k.dot = &dot_row_q6_k;
+      k.dot_q8 = &dot_q8_row_q6_k;
+      break;
   }
   return k;
 }

@@ -21,7 +21,7 @@ using RowDotQ8Fn = float (*)(const uint8_t* row, const uint8_t* x_q8_0, int64_t 
 
 struct RowKernels {
   RowDotFn dot = nullptr;
-  RowDotQ8Fn dot_q8 = nullptr;  // only Q8_0 and Q4_0 weights on AVX2
+  RowDotQ8Fn dot_q8 = nullptr;  // the quantized types on AVX2
   RowDecodeFn decode = nullptr;
   Dot4x2Fn dot4x2 = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;

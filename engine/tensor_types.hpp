@@ -57,9 +57,9 @@ void dequantize_row(const WeightMatrix& w, int64_t row, float* out);
 // value of largest magnitude / -8, rounding to nearest, as ggml's reference quantizers do.
 void quantize_row(GgmlType type, const float* in, int64_t cols, void* out);
 
-// y[rows] = W x[cols]; SIMD dot products per type, rows split over the pool. For Q8_0 and Q4_0
-// weights the AVX2 path first quantizes x to Q8_0 blocks (as llama.cpp does) and multiplies in
-// integers: the result is exactly W times dequantize(Q8_0(x)) up to float summation order
+// y[rows] = W x[cols]; SIMD dot products per type, rows split over the pool. For the quantized
+// types (Q8_0, Q4_0, Q4_K, Q6_K) the AVX2 path first quantizes x to Q8_0 blocks (as llama.cpp
+// does) and multiplies in integers: the result is exactly W times dequantize(Q8_0(x)) up to float summation order
 // (set_q8_activations(false) keeps x in float instead).
 void matvec(const WeightMatrix& w, const float* x, float* y, turbokv::ThreadPool& pool);
 // Y[n][rows] = X[n][cols] W^T (batched prefill): each weight row is decoded once per call and
@@ -74,7 +74,7 @@ void matvec_reference(const WeightMatrix& w, const float* x, float* y);
 const char* kernel_isa();
 // Tests: force the portable scalar kernels (true) or return to the best available (false).
 void force_scalar_kernels(bool scalar);
-// Whether matvec quantizes x to Q8_0 for Q8_0/Q4_0 weights (default true; process-wide).
+// Whether matvec quantizes x to Q8_0 for quantized weights (default true; process-wide).
 void set_q8_activations(bool enabled);
 bool q8_activations();
 

@@ -218,7 +218,7 @@ std::vector<float> abs_products(const WeightMatrix& w, const float* x) {
   return out;
 }
 
-// What the AVX2 path multiplies Q8_0/Q4_0 rows with: x after a Q8_0 round trip.
+// What the AVX2 path multiplies quantized rows with: x after a Q8_0 round trip.
 std::vector<float> q8_round_trip(const std::vector<float>& x) {
   const auto cols = static_cast<int64_t>(x.size());
   std::vector<uint8_t> q(row_bytes(GgmlType::Q8_0, cols));
@@ -241,7 +241,7 @@ TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
         force_scalar_kernels(scalar);
         set_q8_activations(q8);
         const bool q8_path = q8 && std::string(kernel_isa()) == "avx2" &&
-                             (c.type == GgmlType::Q8_0 || c.type == GgmlType::Q4_0);
+                             block_size(c.type) > 1;
         const auto x_used = q8_path ? q8_round_trip(x) : x;
         matvec_reference(w, x_used.data(), want.data());
         const auto magnitude = abs_products(w, x_used.data());
@@ -263,8 +263,8 @@ TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
 // half a step (max|x| / 254 per block) per element.
 TEST(TensorTypes, Q8ActivationErrorIsBounded) {
   ThreadPool pool(1);
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
-    const int64_t rows = 9, cols = 256;
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t rows = 9, cols = 512;
     const auto bytes = random_matrix(type, rows, cols, 21);
     const WeightMatrix w{type, rows, cols, bytes.data()};
     const auto x = random_floats(static_cast<size_t>(cols), 23);
