@@ -293,19 +293,22 @@ void TurboQuantProd::decode_rotated(const uint8_t* codes, size_t n, float* y) co
   const int dim = options_.dim;
   const size_t cs = code_size();
   mse_.decode_rotated_strided(codes, n, cs, y);
+  // y += gamma * sqrt(pi/2)/d * S^T z (z = +-1 from the sign bits), as one matrix product per
+  // chunk: Y += Z S with row v of Z = +-coef_v.
   std::vector<uint8_t> sign_bits(dim);
-  for (size_t v = 0; v < n; ++v) {
-    const uint8_t* record = codes + v * cs;
-    const float gamma = load_norm(record + layout_.residual_norm_offset, layout_.fp32_norm);
-    if (gamma == 0.0f) continue;
-    const float coef = static_cast<float>(gamma * qjl_scale(dim));
-    unpack_codes(record + layout_.qjl_offset, dim, 1, sign_bits.data());
-    float* yv = y + v * dim;
-    for (int i = 0; i < dim; ++i) {  // y += coef * S^T z, z_i = +-1
-      const float zi = sign_bits[i] ? coef : -coef;
-      const float* row = qjl_.data() + static_cast<size_t>(i) * dim;
-      for (int j = 0; j < dim; ++j) yv[j] += zi * row[j];
+  RowMatrix z(static_cast<Eigen::Index>(std::min(kChunk, n)), dim);
+  const Eigen::Map<const RowMatrix> s(qjl_.data(), dim, dim);
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t count = std::min(kChunk, n - start);
+    for (size_t v = 0; v < count; ++v) {
+      const uint8_t* record = codes + (start + v) * cs;
+      const float gamma = load_norm(record + layout_.residual_norm_offset, layout_.fp32_norm);
+      const float coef = static_cast<float>(gamma * qjl_scale(dim));
+      unpack_codes(record + layout_.qjl_offset, dim, 1, sign_bits.data());
+      for (int i = 0; i < dim; ++i) z(static_cast<Eigen::Index>(v), i) = sign_bits[i] ? coef : -coef;
     }
+    Eigen::Map<RowMatrix> out(y + start * dim, static_cast<Eigen::Index>(count), dim);
+    out.noalias() += z.topRows(static_cast<Eigen::Index>(count)) * s;
   }
 }
 

@@ -105,11 +105,30 @@ HWY_INLINE hn::Vec<DI> CodesOf(DF df, const float* HWY_RESTRICT y, hn::Vec<DF> v
   return idx;
 }
 
+// Whole groups of 8 codes (bits <= 4): shift each code to its bit position, OR (= sum, the bits
+// are disjoint) the lanes into one 32-bit word, store its kBits low bytes. Returns codes done.
+template <int kBits>
+HWY_INLINE size_t PackGroups(DF df, const float* HWY_RESTRICT ys, size_t count, hn::Vec<DF> vinv,
+                             const float* HWY_RESTRICT boundaries, uint8_t* HWY_RESTRICT out) {
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  const auto lane_shift = hn::Mul(hn::And(hn::Iota(du, 0), hn::Set(du, 7u)), hn::Set(du, uint32_t{kBits}));
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    uint32_t word = 0;
+    for (size_t k = 0; k < 8; k += N) {
+      const auto idx = hn::BitCast(du, CodesOf(df, ys + i + k, vinv, boundaries, kBits));
+      const auto shifted = hn::Shl(idx, hn::Add(lane_shift, hn::Set(du, static_cast<uint32_t>(k * kBits))));
+      word |= hn::GetLane(hn::SumOfLanes(du, shifted));
+    }
+    for (int b = 0; b < kBits; ++b) out[i / 8 * kBits + b] = static_cast<uint8_t>(word >> (8 * b));
+  }
+  return i;
+}
+
 void QuantizePack(const float* HWY_RESTRICT y, size_t n, float inv_norm,
                   const float* HWY_RESTRICT boundaries, int bits, uint8_t* HWY_RESTRICT packed) {
   const DF df;
-  const DI di;
-  const DU du;
   const DU8 du8;
   const size_t N = hn::Lanes(df);
   const auto vinv = hn::Set(df, inv_norm);
@@ -120,17 +139,11 @@ void QuantizePack(const float* HWY_RESTRICT y, size_t n, float inv_norm,
     uint8_t* out = packed + start / 8 * bits;
     size_t i = 0;
     if (bits <= 4 && N > 1) {
-      // Whole groups of 8 codes: shift each code to its bit position, OR (= sum, the bits are
-      // disjoint) the lanes into one 32-bit word, store its `bits` low bytes.
-      const auto lane_shift = hn::Mul(hn::And(hn::Iota(du, 0), hn::Set(du, 7u)), hn::Set(du, static_cast<uint32_t>(bits)));
-      for (; i + 8 <= count; i += 8) {
-        uint32_t word = 0;
-        for (size_t k = 0; k < 8; k += N) {
-          const auto idx = hn::BitCast(du, CodesOf(df, ys + i + k, vinv, boundaries, bits));
-          const auto shifted = hn::Shl(idx, hn::Add(lane_shift, hn::Set(du, static_cast<uint32_t>(k * bits))));
-          word |= hn::GetLane(hn::SumOfLanes(du, shifted));
-        }
-        for (int b = 0; b < bits; ++b) out[i / 8 * bits + b] = static_cast<uint8_t>(word >> (8 * b));
+      switch (bits) {
+        case 1: i = PackGroups<1>(df, ys, count, vinv, boundaries, out); break;
+        case 2: i = PackGroups<2>(df, ys, count, vinv, boundaries, out); break;
+        case 3: i = PackGroups<3>(df, ys, count, vinv, boundaries, out); break;
+        default: i = PackGroups<4>(df, ys, count, vinv, boundaries, out); break;
       }
       // The tail (< 8 codes) goes through the code buffer below.
       const size_t done = i;
@@ -152,13 +165,14 @@ void QuantizePack(const float* HWY_RESTRICT y, size_t n, float inv_norm,
       codes[i] = static_cast<uint8_t>(
           std::lower_bound(boundaries, boundaries + ((1 << bits) - 1), u) - boundaries);
     }
-    (void)di;
     pack_codes(codes, count, bits, out);
   }
 }
 
 // scale * centroids[idx] for N int32 indices, by in-register table lookup when the codebook
 // fits in one or two vectors, else by gather.
+// centroids[idx] for N int32 indices, by in-register table lookup when the codebook fits in one
+// or two vectors, else by gather.
 HWY_INLINE hn::Vec<DF> Lookup(DF df, hn::Vec<DI> idx, const float* HWY_RESTRICT table_lo,
                               const float* HWY_RESTRICT table_hi, const float* HWY_RESTRICT centroids,
                               int levels) {
@@ -176,11 +190,37 @@ HWY_INLINE hn::Vec<DF> Lookup(DF df, hn::Vec<DI> idx, const float* HWY_RESTRICT 
   return hn::GatherIndex(df, centroids, idx);
 }
 
+// Whole groups of 8 codes (bits <= 4): one 32-bit word holds a group; lane k of the group
+// shifts it right by k * kBits. Returns codes done.
+template <int kBits>
+HWY_INLINE size_t UnpackGroups(DF df, const uint8_t* HWY_RESTRICT in, size_t count,
+                               const float* HWY_RESTRICT table_lo, const float* HWY_RESTRICT table_hi,
+                               const float* HWY_RESTRICT centroids, hn::Vec<DF> vscale,
+                               float* HWY_RESTRICT ys) {
+  const DI di;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  const auto lane_shift = hn::Mul(hn::And(hn::Iota(du, 0), hn::Set(du, 7u)), hn::Set(du, uint32_t{kBits}));
+  const auto mask = hn::Set(du, uint32_t{(1u << kBits) - 1});
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const uint8_t* group = in + i / 8 * kBits;
+    uint32_t word = 0;
+    for (int b = 0; b < kBits; ++b) word |= static_cast<uint32_t>(group[b]) << (8 * b);
+    const auto vword = hn::Set(du, word);
+    for (size_t k = 0; k < 8; k += N) {
+      const auto shift = hn::Add(lane_shift, hn::Set(du, static_cast<uint32_t>(k * kBits)));
+      const auto idx = hn::BitCast(di, hn::And(hn::Shr(vword, shift), mask));
+      hn::StoreU(hn::Mul(vscale, Lookup(df, idx, table_lo, table_hi, centroids, 1 << kBits)), df, ys + i + k);
+    }
+  }
+  return i;
+}
+
 void UnpackDequantize(const uint8_t* HWY_RESTRICT packed, size_t n, int bits,
                       const float* HWY_RESTRICT centroids, float scale, float* HWY_RESTRICT y) {
   const DF df;
   const DI di;
-  const DU du;
   const DU8 du8;
   const size_t N = hn::Lanes(df);
   const int levels = 1 << bits;
@@ -198,18 +238,11 @@ void UnpackDequantize(const uint8_t* HWY_RESTRICT packed, size_t n, int bits,
     float* ys = y + start;
     size_t i = 0;
     if (bits <= 4 && N > 1) {
-      // One 32-bit word holds a group of 8 codes; lane k of the group shifts it by k * bits.
-      const auto lane_shift = hn::Mul(hn::And(hn::Iota(du, 0), hn::Set(du, 7u)), hn::Set(du, static_cast<uint32_t>(bits)));
-      const auto mask = hn::Set(du, static_cast<uint32_t>(levels - 1));
-      for (; i + 8 <= count; i += 8) {
-        uint32_t word = 0;
-        std::memcpy(&word, in + i / 8 * bits, static_cast<size_t>(bits));  // little-endian x86
-        const auto vword = hn::Set(du, word);
-        for (size_t k = 0; k < 8; k += N) {
-          const auto shift = hn::Add(lane_shift, hn::Set(du, static_cast<uint32_t>(k * bits)));
-          const auto idx = hn::BitCast(di, hn::And(hn::Shr(vword, shift), mask));
-          hn::StoreU(hn::Mul(vscale, Lookup(df, idx, table_lo, table_hi, centroids, levels)), df, ys + i + k);
-        }
+      switch (bits) {
+        case 1: i = UnpackGroups<1>(df, in, count, table_lo, table_hi, centroids, vscale, ys); break;
+        case 2: i = UnpackGroups<2>(df, in, count, table_lo, table_hi, centroids, vscale, ys); break;
+        case 3: i = UnpackGroups<3>(df, in, count, table_lo, table_hi, centroids, vscale, ys); break;
+        default: i = UnpackGroups<4>(df, in, count, table_lo, table_hi, centroids, vscale, ys); break;
       }
       if (i < count) {
         unpack_codes(in + i / 8 * bits, count - i, bits, codes);
