@@ -222,7 +222,8 @@ void TurboQuantKVCache::push_window(const float* keys, const float* values, size
       for (int h = 0; h < kv_heads_; ++h) {
         const float* src = window_buf_[i].data() + (h * window_capacity_ + window_start_) * d;
         float* dst = target->data() + h * new_capacity * d;
-        std::memmove(dst, src, window_size_ * d * sizeof(float));
+        // Guarded: the first growth starts from an empty (null) buffer; memmove(_, null, 0) is UB.
+        if (window_size_ > 0) std::memmove(dst, src, window_size_ * d * sizeof(float));
       }
       if (target == &fresh) window_buf_[i] = std::move(fresh);
     }
@@ -348,8 +349,10 @@ void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) co
   for (int h = 0; h < kv_heads_; ++h) {
     float* k = keys.data() + h * n * d;
     float* v = values.data() + h * n * d;
-    std::memcpy(k, sink_ptr(false, h), n_sinks_ * d * sizeof(float));
-    std::memcpy(v, sink_ptr(true, h), n_sinks_ * d * sizeof(float));
+    if (n_sinks_ > 0) {  // without sinks the buffer is empty (null): memcpy(_, null, 0) is UB
+      std::memcpy(k, sink_ptr(false, h), n_sinks_ * d * sizeof(float));
+      std::memcpy(v, sink_ptr(true, h), n_sinks_ * d * sizeof(float));
+    }
     size_t t = n_sinks_;
     for (size_t p = 0; p < pages_.size(); ++p) {
       const size_t m = tokens_in_page(p);

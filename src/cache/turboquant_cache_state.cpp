@@ -166,7 +166,7 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
                     t->name);
     }
   }
-  for (int h = 0; h < kv_heads; ++h) {
+  for (int h = 0; h < kv_heads && n_sinks > 0; ++h) {  // no sinks: null buffers, memcpy would be UB
     std::memcpy(cache->sink_ptr(false, h), sk.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
     std::memcpy(cache->sink_ptr(true, h), sv.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
   }
