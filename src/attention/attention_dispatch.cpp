@@ -4,6 +4,7 @@
 #include "attention/attention_paths.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/dense_cache.hpp"
+#include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv {
 
@@ -13,6 +14,10 @@ void attend(std::span<const float> queries, int n_q_heads, int n_queries, const 
   validate_attention_request(request, cache);
   if (const auto* dense = dynamic_cast<const DenseKVCache*>(&cache)) {
     attn::attend_dense(request, *dense);
+    return;
+  }
+  if (const auto* turboquant = dynamic_cast<const TurboQuantKVCache*>(&cache)) {
+    attn::attend_turboquant(request, *turboquant);
     return;
   }
   cache.attend(request);

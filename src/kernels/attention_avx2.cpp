@@ -59,6 +59,13 @@ inline void reduce_all(const __m256* acc, float* out) {
   for (; i < N; ++i) out[i] = hsum(acc[i]);
 }
 
+// Keeps a loaded vector in a register: otherwise the compiler folds the load into each FMA
+// that uses it, and 256-bit loads, not FMAs, become the bottleneck.
+inline __m256 keep_in_register(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -83,7 +90,7 @@ void dots_tile(const float* q, size_t qs, const Key* keys, size_t n, int dim, fl
       __m256 k[T];
       for (int u = 0; u < T; ++u) k[u] = load8(k0 + u * dim + j);
       for (int r = 0; r < R; ++r) {
-        const __m256 qv = _mm256_loadu_ps(q + r * qs + j);
+        const __m256 qv = keep_in_register(_mm256_loadu_ps(q + r * qs + j));
         for (int u = 0; u < T; ++u) acc[r * T + u] = _mm256_fmadd_ps(qv, k[u], acc[r * T + u]);
       }
     }
@@ -212,11 +219,23 @@ inline __m256i broadcast_u32(const uint8_t* p) {
 }
 
 // Lane i gets code i of the chunk at p in its low B bits (higher bits hold later codes).
+// Reads exactly the chunk's B bytes for B = 1, 2 and 4 bytes for B = 3, 4, so only widths 3
+// and >= 5 read past the chunk (at most one byte past the codes; see finish_code_group).
 template <int B>
 inline __m256i chunk_codes(const uint8_t* p) {
   if constexpr (B <= 4) {
     const __m256i shifts = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
-    return _mm256_srlv_epi32(broadcast_u32(p), shifts);
+    __m256i words;
+    if constexpr (B == 1) {
+      words = _mm256_set1_epi32(p[0]);
+    } else if constexpr (B == 2) {
+      uint16_t u;
+      std::memcpy(&u, p, sizeof u);
+      words = _mm256_set1_epi32(u);
+    } else {
+      words = broadcast_u32(p);
+    }
+    return _mm256_srlv_epi32(words, shifts);
   } else {
     // Codes 4..7 start at bit 4B = 8 * (B / 2) + 4 * (B & 1).
     constexpr int kHi = 4 * (B & 1);
@@ -290,7 +309,7 @@ void group_dots_tile(const float* q, size_t qs, const uint8_t* records, size_t c
       __m256 k[T];
       for (int u = 0; u < T; ++u) k[u] = decode_chunk<B>(book, rec + u * code_size, c, safe, available);
       for (int r = 0; r < R; ++r) {
-        const __m256 qv = _mm256_loadu_ps(q + r * qs + 8 * c);
+        const __m256 qv = keep_in_register(_mm256_loadu_ps(q + r * qs + 8 * c));
         for (int u = 0; u < T; ++u) acc[r * T + u] = _mm256_fmadd_ps(qv, k[u], acc[r * T + u]);
       }
     }

@@ -143,8 +143,10 @@ std::atomic<const KernelTable*> g_override{nullptr};
 }  // namespace
 
 void finish_code_group(CodeGroup& group, size_t code_size) {
-  // Chunk c reads 4 bytes at offset + c * bits and, for bits >= 5, 4 more at + bits / 2.
-  const size_t reach = group.bits >= 5 ? static_cast<size_t>(group.bits / 2 + 4) : 4u;
+  // What the AVX2 kernels load for chunk c, from offset + c * bits: 1 or 2 bytes at 1 and 2
+  // bits, 4 bytes at 3 and 4 bits, 4 + 4 bytes (the second at + bits / 2) at 5 to 8 bits.
+  const size_t reach = group.bits >= 5 ? static_cast<size_t>(group.bits / 2 + 4)
+                       : group.bits <= 2 ? static_cast<size_t>(group.bits) : 4u;
   int safe = 0;
   for (int c = 0; c < group.chunks(); ++c) {
     if (group.offset + static_cast<size_t>(c) * group.bits + reach <= code_size) safe = c + 1;

@@ -1,0 +1,288 @@
+// Fused attention over a TurboQuantKVCache: reads the packed code pages in place and never
+// materializes dequantized keys or values.
+//
+//   score(q, k)  = s_k <R q, c[idx_k]>                       (mse keys)
+//                + gamma_k sqrt(pi/2)/d <S R q, sign_k>        (prod keys: the QJL term)
+//   out          = R_v^T (sum_t p_t s_v,t c[idx_v,t]) / l      (+ exact window/sink terms)
+// Each query is rotated (and, for prod keys, projected by S) once; value codes are accumulated
+// in the values' rotated basis with weight softmax * norm and un-rotated once per row at the
+// end. Sinks and the recent window are float32 and attended exactly in the same online-softmax
+// pass; their values accumulate in the original basis next to the rotated accumulator.
+//
+// Prepared query row (floats): [group0 q_rot | group1 q_rot | S q_rot (prod) | q (original)],
+// each part zero padded to a multiple of 8. Accumulator row: [value group0 | value group1 |
+// original-basis values].
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "attention/attention_engine.hpp"
+#include "attention/attention_paths.hpp"
+#include "turbokv/half.hpp"
+
+namespace turbokv::attn {
+
+namespace {
+
+const float kSignTable[2] = {-1.0f, 1.0f};
+
+inline size_t pad8(size_t n) { return (n + 7) / 8 * 8; }
+
+inline float read_norm(const uint8_t* p, bool fp32) {
+  if (fp32) {
+    float f;
+    std::memcpy(&f, p, sizeof f);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return half_to_float(h);
+}
+
+// The code groups of a record (1 or 2) as kernel descriptors.
+int describe_groups(const CodeLayout& layout, const LloydMaxCodebook& hi,
+                    const LloydMaxCodebook& lo, CodeGroup* groups) {
+  int n = 0;
+  groups[n].bits = layout.bits_hi;
+  groups[n].dims = layout.dims_hi;
+  groups[n].offset = layout.group0_offset;
+  groups[n].table = hi.centroids().data();
+  finish_code_group(groups[n], layout.code_size);
+  ++n;
+  if (layout.dims_lo > 0) {
+    groups[n].bits = layout.bits_lo;
+    groups[n].dims = layout.dims_lo;
+    groups[n].offset = layout.group1_offset;
+    groups[n].table = lo.centroids().data();
+    finish_code_group(groups[n], layout.code_size);
+    ++n;
+  }
+  return n;
+}
+
+class TurboQuantSource : public BlockSource {
+ public:
+  explicit TurboQuantSource(const TurboQuantKVCache& cache) : cache_(cache), dim_(cache.head_dim()) {
+    const TurboQuantMse* mse = cache.key_mse();
+    const TurboQuantProd* prod = cache.key_prod();
+    key_layout_ = prod != nullptr ? prod->layout() : mse->layout();
+    n_key_groups_ = prod != nullptr ? describe_groups(key_layout_, prod->codebook(0), prod->codebook(1), key_groups_)
+                                    : describe_groups(key_layout_, mse->codebook(0), mse->codebook(1), key_groups_);
+    const TurboQuantMse& values = cache.value_codec();
+    value_layout_ = values.layout();
+    n_value_groups_ = describe_groups(value_layout_, values.codebook(0), values.codebook(1), value_groups_);
+    size_t q = 0;
+    for (int g = 0; g < n_key_groups_; ++g) {
+      q_offset_[g] = q;
+      q += key_groups_[g].padded_dims();
+    }
+    if (prod != nullptr) {
+      qjl_ = true;
+      qjl_group_.bits = 1;
+      qjl_group_.dims = dim_;
+      qjl_group_.offset = key_layout_.qjl_offset;
+      qjl_group_.table = kSignTable;
+      finish_code_group(qjl_group_, key_layout_.code_size);
+      qjl_coef_ = static_cast<float>(TurboQuantProd::qjl_scale(dim_));
+      q_qjl_ = q;
+      q += qjl_group_.padded_dims();
+    }
+    q_orig_ = q;
+    q_width_ = q + pad8(dim_);
+    size_t a = 0;
+    for (int g = 0; g < n_value_groups_; ++g) {
+      acc_offset_[g] = a;
+      a += value_groups_[g].padded_dims();
+    }
+    acc_orig_ = a;
+    acc_width_ = a + pad8(dim_);
+  }
+
+  size_t q_width() const { return q_width_; }
+  size_t acc_width() const { return acc_width_; }
+
+  // Fills the prepared rows from the original query rows ([n][dim]).
+  void prepare_queries(const float* q, size_t n, float* rows) const {
+    std::vector<float> rotated(n * dim_), projected;
+    const TurboQuantProd* prod = cache_.key_prod();
+    if (prod != nullptr) prod->rotation().forward(q, rotated.data(), n);
+    else cache_.key_mse()->rotation().forward(q, rotated.data(), n);
+    if (qjl_) {
+      projected.resize(n * dim_);
+      prod->qjl_project(rotated.data(), projected.data(), n);
+    }
+    std::fill(rows, rows + n * q_width_, 0.0f);
+    for (size_t i = 0; i < n; ++i) {
+      float* row = rows + i * q_width_;
+      const float* y = rotated.data() + i * dim_;
+      int first = 0;
+      for (int g = 0; g < n_key_groups_; ++g) {
+        std::copy(y + first, y + first + key_groups_[g].dims, row + q_offset_[g]);
+        first += key_groups_[g].dims;
+      }
+      if (qjl_) std::copy(projected.data() + i * dim_, projected.data() + (i + 1) * dim_, row + q_qjl_);
+      std::copy(q + i * dim_, q + (i + 1) * dim_, row + q_orig_);
+    }
+  }
+
+  // Un-rotates the value accumulators of n normalized rows and adds the exact part: out [n][dim].
+  void finish_rows(const float* acc_rows, size_t n, float* out) const {
+    std::vector<float> rotated(n * dim_);
+    for (size_t i = 0; i < n; ++i) {
+      const float* a = acc_rows + i * acc_width_;
+      int first = 0;
+      for (int g = 0; g < n_value_groups_; ++g) {
+        std::copy(a + acc_offset_[g], a + acc_offset_[g] + value_groups_[g].dims,
+                  rotated.data() + i * dim_ + first);
+        first += value_groups_[g].dims;
+      }
+    }
+    cache_.value_codec().rotation().inverse(rotated.data(), out, n);
+    for (size_t i = 0; i < n; ++i) {
+      const float* exact = acc_rows + i * acc_width_ + acc_orig_;
+      for (int j = 0; j < dim_; ++j) out[i * dim_ + j] += exact[j];
+    }
+  }
+
+  void process(int head, size_t begin, size_t end, Tile& tile) const override {
+    const size_t n_sinks = cache_.n_sinks();
+    const size_t compressed_end = n_sinks + cache_.compressed_size();
+    if (begin < n_sinks) {
+      exact_range(cache_.sink_keys(head), cache_.sink_values(head), 0, begin,
+                  std::min(end, n_sinks), tile);
+    }
+    if (begin < compressed_end && end > n_sinks) {
+      compressed_range(head, std::max(begin, n_sinks), std::min(end, compressed_end), tile);
+    }
+    if (end > compressed_end) {
+      exact_range(cache_.window_keys(head), cache_.window_values(head), compressed_end,
+                  std::max(begin, compressed_end), end, tile);
+    }
+  }
+
+ private:
+  // Float32 tokens [begin, end) of a region that starts at token `first` (rows of dim floats).
+  void exact_range(const float* keys, const float* values, size_t first, size_t begin, size_t end,
+                   Tile& tile) const {
+    const KernelTable& k = *tile.kernels;
+    for (size_t t = begin; t < end;) {
+      const size_t n = std::min<size_t>(kBlockTokens, end - t);
+      const float* kb = keys + (t - first) * dim_;
+      const float* vb = values + (t - first) * dim_;
+      tile.step(
+          n, t,
+          [&](float* s) { k.dots_f32(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s, kBlockTokens); },
+          [&](const float* w) {
+            k.accumulate_f32(w, kBlockTokens, tile.rows, vb, n, dim_, tile.acc.data() + acc_orig_,
+                             tile.acc_width);
+          });
+      t += n;
+    }
+  }
+
+  void compressed_range(int head, size_t begin, size_t end, Tile& tile) const {
+    const KernelTable& k = *tile.kernels;
+    const size_t n_sinks = cache_.n_sinks();
+    const size_t page_tokens = cache_.page_tokens();
+    const size_t kcs = key_layout_.code_size;
+    const size_t vcs = value_layout_.code_size;
+    float key_norm[kBlockTokens], value_norm[kBlockTokens], gamma[kBlockTokens];
+    size_t t = begin;
+    while (t < end) {
+      const size_t c = t - n_sinks;  // index within the compressed region
+      const size_t page = c / page_tokens;
+      const size_t page_first = page * page_tokens;
+      const size_t page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
+      const uint8_t* key_page = cache_.key_codes(page, head);
+      const uint8_t* value_page = cache_.value_codes(page, head);
+      size_t ci = c;
+      while (ci < page_end) {
+        const size_t n = std::min<size_t>(kBlockTokens, page_end - ci);
+        const uint8_t* kr = key_page + (ci - page_first) * kcs;
+        const uint8_t* vr = value_page + (ci - page_first) * vcs;
+        const auto dots = [&](float* s) {
+          for (int g = 0; g < n_key_groups_; ++g) {
+            k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
+                         s, kBlockTokens, g > 0);
+          }
+          for (size_t i = 0; i < n; ++i) key_norm[i] = read_norm(kr + i * kcs + key_layout_.norm_offset, key_layout_.fp32_norm);
+          if (!qjl_) {
+            for (int r = 0; r < tile.rows; ++r) {
+              for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] *= key_norm[i];
+            }
+            return;
+          }
+          float* correction = tile.weights;
+          k.group_dots(tile.q + q_qjl_, tile.q_width, tile.rows, kr, kcs, n, qjl_group_, correction,
+                       kBlockTokens, false);
+          for (size_t i = 0; i < n; ++i) {
+            gamma[i] = qjl_coef_ * read_norm(kr + i * kcs + key_layout_.residual_norm_offset, key_layout_.fp32_norm);
+          }
+          for (int r = 0; r < tile.rows; ++r) {
+            for (size_t i = 0; i < n; ++i) {
+              s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] +
+                                        gamma[i] * correction[r * kBlockTokens + i];
+            }
+          }
+        };
+        const auto accumulate = [&](const float* p) {
+          for (size_t i = 0; i < n; ++i) value_norm[i] = read_norm(vr + i * vcs + value_layout_.norm_offset, value_layout_.fp32_norm);
+          float* w = tile.weights;
+          for (int r = 0; r < tile.rows; ++r) {
+            for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
+          }
+          for (int g = 0; g < n_value_groups_; ++g) {
+            k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],
+                               tile.acc.data() + acc_offset_[g], tile.acc_width);
+          }
+        };
+        tile.step(n, n_sinks + ci, dots, accumulate);
+        ci += n;
+      }
+      t = n_sinks + page_end;
+    }
+  }
+
+  const TurboQuantKVCache& cache_;
+  int dim_;
+  CodeLayout key_layout_, value_layout_;
+  CodeGroup key_groups_[2], value_groups_[2], qjl_group_;
+  int n_key_groups_ = 0, n_value_groups_ = 0;
+  bool qjl_ = false;
+  float qjl_coef_ = 0.0f;
+  size_t q_offset_[2] = {}, q_qjl_ = 0, q_orig_ = 0, q_width_ = 0;
+  size_t acc_offset_[2] = {}, acc_orig_ = 0, acc_width_ = 0;
+};
+
+}  // namespace
+
+void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache& cache) {
+  const int kv_heads = cache.kv_heads();
+  const int dim = cache.head_dim();
+  const int group = request.n_q_heads / kv_heads;
+  const size_t n_rows = static_cast<size_t>(request.n_q_heads) * request.n_queries;
+  const TurboQuantSource source(cache);
+
+  std::vector<float> original(n_rows * dim);
+  gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original.data(), dim, 0);
+  std::vector<float> rows(n_rows * source.q_width());
+  source.prepare_queries(original.data(), n_rows, rows.data());
+
+  Problem problem;
+  problem.kv_heads = kv_heads;
+  problem.group = group;
+  problem.n_queries = request.n_queries;
+  problem.n_tokens = cache.size();
+  problem.q_width = source.q_width();
+  problem.acc_width = source.acc_width();
+  problem.rows = rows.data();
+  problem.options = request.options;
+  problem.scale = effective_scale(request.options, dim);
+  problem.kernels = &active_kernel_table();
+  const std::vector<float> result = run_attention(problem, source);
+
+  source.finish_rows(result.data(), n_rows, original.data());
+  scatter_output_rows(original.data(), dim, 0, kv_heads, group, request.n_queries, dim, request.out);
+}
+
+}  // namespace turbokv::attn
