@@ -1,0 +1,81 @@
+// Micro-benchmarks of the attention block kernels on one 64-token block held in L1 (compute
+// cost per token, no memory traffic): dense fp16 dots/accumulate and packed-code dots/accumulate
+// at each width, 4 query rows (a GQA group of 4), head_dim 128. End-to-end decode timing with
+// memory traffic is `turbokv attention-bench`.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/attention_kernels.hpp"
+#include "turbokv/half.hpp"
+#include "turbokv/prng.hpp"
+
+namespace {
+
+using turbokv::attn::CodeGroup;
+using turbokv::attn::kBlockTokens;
+using turbokv::attn::KernelTable;
+
+constexpr int kDim = 128;
+constexpr int kRows = 4;
+
+const KernelTable& table_for(const benchmark::State& state) {
+  const KernelTable* avx2 = turbokv::attn::avx2_kernel_table();
+  return state.range(1) == 1 && avx2 != nullptr ? *avx2 : turbokv::attn::scalar_kernel_table();
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  turbokv::SplitMix64 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(rng.normal());
+  return v;
+}
+
+void BM_DenseF16(benchmark::State& state) {
+  const KernelTable& k = table_for(state);
+  const auto q = random_floats(kRows * kDim, 1);
+  const auto kf = random_floats(kBlockTokens * kDim, 2);
+  std::vector<uint16_t> keys(kf.size());
+  for (size_t i = 0; i < kf.size(); ++i) keys[i] = turbokv::float_to_half(kf[i]);
+  std::vector<float> scores(kRows * kBlockTokens, 0.01f), acc(kRows * kDim);
+  for (auto _ : state) {
+    k.dots_f16(q.data(), kDim, kRows, keys.data(), kBlockTokens, kDim, scores.data(), kBlockTokens);
+    k.accumulate_f16(scores.data(), kBlockTokens, kRows, keys.data(), kBlockTokens, kDim, acc.data(), kDim);
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kBlockTokens);
+  state.SetLabel(k.name);
+}
+
+void BM_Packed(benchmark::State& state) {
+  const KernelTable& k = table_for(state);
+  const int bits = static_cast<int>(state.range(0));
+  const size_t code_size = static_cast<size_t>(kDim) * bits / 8 + 2;
+  std::vector<uint8_t> records(kBlockTokens * code_size);
+  turbokv::SplitMix64 rng(3);
+  for (auto& b : records) b = static_cast<uint8_t>(rng.next());
+  const auto table = random_floats(256, 4);
+  CodeGroup g;
+  g.bits = bits;
+  g.dims = kDim;
+  g.offset = 0;
+  g.table = table.data();
+  turbokv::attn::finish_code_group(g, code_size);
+  const auto q = random_floats(kRows * kDim, 5);
+  std::vector<float> scores(kRows * kBlockTokens, 0.01f), acc(kRows * kDim);
+  for (auto _ : state) {
+    k.group_dots(q.data(), kDim, kRows, records.data(), code_size, kBlockTokens, g, scores.data(),
+                 kBlockTokens, false);
+    k.group_accumulate(scores.data(), kBlockTokens, kRows, records.data(), code_size, kBlockTokens,
+                       g, acc.data(), kDim);
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kBlockTokens);
+  state.SetLabel(k.name);
+}
+
+BENCHMARK(BM_DenseF16)->Args({0, 0})->Args({0, 1});
+BENCHMARK(BM_Packed)->ArgsProduct({{1, 2, 3, 4, 5, 8}, {0, 1}});
+
+}  // namespace
