@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -48,6 +49,20 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// CPU seconds used by the whole process (all threads). On a machine shared with other jobs a
+// decode step's wall time mostly measures the scheduler; CPU time / threads is what the step
+// would take on otherwise idle cores (the pool's waiting threads sleep, they do not spin).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Timing {
+  double wall_ms = 0;
+  double cpu_ms = 0;  // process CPU time / threads
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -72,9 +87,9 @@ size_t last_level_cache_bytes() {
   return size_t{32} << 20;
 }
 
-// Streaming read bandwidth (bytes/s) over a buffer of `bytes`, split across `threads` threads;
-// median of several passes after one warm-up pass.
-double read_bandwidth(size_t bytes, int threads) {
+// Time of a streaming read of a buffer of `bytes`, split across `threads` threads (median of
+// several passes after one warm-up pass); *bytes_read gets the bytes one pass reads.
+Timing read_bandwidth_time(size_t bytes, int threads, double* bytes_read) {
   const size_t words = bytes / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words);
   for (size_t i = 0; i < words; ++i) buffer[i] = i * 0x9e3779b97f4a7c15ULL;
@@ -82,6 +97,7 @@ double read_bandwidth(size_t bytes, int threads) {
   auto pass = [&] {
     std::vector<std::thread> workers;
     const double start = now_seconds();
+    const double cpu_start = process_cpu_seconds();
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
         const size_t begin = words / threads * t;
@@ -98,15 +114,20 @@ double read_bandwidth(size_t bytes, int threads) {
       });
     }
     for (auto& w : workers) w.join();
-    return now_seconds() - start;
+    return std::make_pair(now_seconds() - start, (process_cpu_seconds() - cpu_start) / threads);
   };
   pass();
-  std::vector<double> times;
-  for (int r = 0; r < 7; ++r) times.push_back(pass());
+  std::vector<double> wall, cpu;
+  for (int r = 0; r < 7; ++r) {
+    const auto [w, c] = pass();
+    wall.push_back(w);
+    cpu.push_back(c);
+  }
   uint64_t guard = 0;
   for (uint64_t s : sinks) guard += s;
   if (guard == 42) fmt::print(stderr, " ");
-  return static_cast<double>(words * sizeof(uint64_t)) / median(times);
+  *bytes_read = static_cast<double>(words * sizeof(uint64_t));
+  return {median(wall) * 1e3, median(cpu) * 1e3};
 }
 
 // The 1-minute load average (/proc/loadavg), recorded because other processes on a small
@@ -175,7 +196,10 @@ int run_bench(const BenchOptions& o) {
     }
   }
 
-  const double bandwidth = read_bandwidth(std::max<size_t>(4 * llc, size_t{256} << 20), threads);
+  double stream_bytes = 0;
+  const Timing stream = read_bandwidth_time(std::max<size_t>(4 * llc, size_t{256} << 20), threads, &stream_bytes);
+  const double bandwidth = stream_bytes / (stream.wall_ms * 1e-3);
+  const double bandwidth_cpu = stream_bytes / (stream.cpu_ms * 1e-3);
 
   AttentionOptions options;
   options.threads = threads;
@@ -184,28 +208,39 @@ int run_bench(const BenchOptions& o) {
   // One decode step over every layer; returns seconds per layer.
   auto step = [&](int path) {
     const double start = now_seconds();
+    const double cpu_start = process_cpu_seconds();
     for (int layer = 0; layer < layers; ++layer) {
       if (path == 0) attend(queries[layer], o.q_heads, o.queries, *dense[layer], out, options);
       if (path == 1) attend_dequantized(queries[layer], o.q_heads, o.queries, *packed[layer], out, options);
       if (path == 2) attend(queries[layer], o.q_heads, o.queries, *packed[layer], out, options);
     }
-    return (now_seconds() - start) / layers;
+    const double cpu_threads = path == 1 ? 1.0 : threads;  // the dequantize path is serial
+    return Timing{(now_seconds() - start) / layers * 1e3,
+                  (process_cpu_seconds() - cpu_start) / cpu_threads / layers * 1e3};
   };
   auto time_path = [&](int path, int repeats) {
     step(path);  // warm-up
-    std::vector<double> times;
-    for (int r = 0; r < repeats; ++r) times.push_back(step(path));
-    return median(times) * 1e3;
+    std::vector<double> wall, cpu;
+    for (int r = 0; r < repeats; ++r) {
+      const Timing t = step(path);
+      wall.push_back(t.wall_ms);
+      cpu.push_back(t.cpu_ms);
+    }
+    return Timing{median(wall), median(cpu)};
   };
   const int dequant_repeats = o.dequant_repeats > 0 ? o.dequant_repeats : (o.context >= 16384 ? 1 : 3);
   // Interleave fp16 and fused timing so slow drifts of a shared machine hit both alike.
-  const double fp16_ms_a = time_path(0, (o.repeats + 1) / 2);
-  const double fused_ms_a = time_path(2, (o.repeats + 1) / 2);
-  const double fp16_ms_b = time_path(0, o.repeats / 2 + 1);
-  const double fused_ms_b = time_path(2, o.repeats / 2 + 1);
-  const double fp16_ms = std::min(fp16_ms_a, fp16_ms_b);
-  const double fused_ms = std::min(fused_ms_a, fused_ms_b);
-  const double dequant_ms = time_path(1, dequant_repeats);
+  const Timing fp16_a = time_path(0, (o.repeats + 1) / 2);
+  const Timing fused_a = time_path(2, (o.repeats + 1) / 2);
+  const Timing fp16_b = time_path(0, o.repeats / 2 + 1);
+  const Timing fused_b = time_path(2, o.repeats / 2 + 1);
+  const Timing dequant = time_path(1, dequant_repeats);
+  const double fp16_ms = std::min(fp16_a.wall_ms, fp16_b.wall_ms);
+  const double fused_ms = std::min(fused_a.wall_ms, fused_b.wall_ms);
+  const double dequant_ms = dequant.wall_ms;
+  const double fp16_cpu_ms = std::min(fp16_a.cpu_ms, fp16_b.cpu_ms);
+  const double fused_cpu_ms = std::min(fused_a.cpu_ms, fused_b.cpu_ms);
+  const double dequant_cpu_ms = dequant.cpu_ms;
 
   // Accuracy on layer 0 against float64 attention over the original vectors.
   std::vector<float> exact(out_size), fp16_out(out_size), fused_out(out_size);
@@ -225,6 +260,8 @@ int run_bench(const BenchOptions& o) {
   const double fused_bytes = static_cast<double>(packed[0]->nbytes());
   const double fp16_floor_ms = fp16_bytes / bandwidth * 1e3;
   const double fused_floor_ms = fused_bytes / bandwidth * 1e3;
+  const double fp16_floor_cpu_ms = fp16_bytes / bandwidth_cpu * 1e3;
+  const double fused_floor_cpu_ms = fused_bytes / bandwidth_cpu * 1e3;
 
   if (o.json) {
     nlohmann::json j;
@@ -249,6 +286,10 @@ int run_bench(const BenchOptions& o) {
     j["fused_floor_ms"] = fused_floor_ms;
     j["speedup_vs_fp16"] = fp16_ms / fused_ms;
     j["speedup_vs_dequant"] = dequant_ms / fused_ms;
+    j["cpu"] = {{"bandwidth_gb_s", bandwidth_cpu / 1e9},      {"fp16_ms", fp16_cpu_ms},
+                {"dequant_ms", dequant_cpu_ms},                {"fused_ms", fused_cpu_ms},
+                {"fp16_floor_ms", fp16_floor_cpu_ms},          {"fused_floor_ms", fused_floor_cpu_ms},
+                {"speedup_vs_fp16", fp16_cpu_ms / fused_cpu_ms}, {"speedup_vs_dequant", dequant_cpu_ms / fused_cpu_ms}};
     j["rel_error_fused"] = rel_error_fused;
     j["rel_error_fp16"] = rel_error_fp16;
     j["rel_error_dequant"] = rel_error_dequant;
@@ -271,6 +312,11 @@ int run_bench(const BenchOptions& o) {
              "-", fused_bytes / 1048576.0, fp16_ms / dequant_ms, rel_error_dequant);
   fmt::print("{:<22} {:>10.3f} {:>10.3f} {:>12.2f} {:>10.2f} {:>12.2e}\n", "fused turboquant",
              fused_ms, fused_floor_ms, fused_bytes / 1048576.0, fp16_ms / fused_ms, rel_error_fused);
+  fmt::print("CPU time / threads (what an otherwise idle machine would take): bandwidth {:.1f} GB/s; "
+             "fp16 {:.3f} ms (floor {:.3f}), dequantize {:.3f} ms, fused {:.3f} ms (floor {:.3f}), "
+             "fused vs fp16 {:.2f}x\n",
+             bandwidth_cpu / 1e9, fp16_cpu_ms, fp16_floor_cpu_ms, dequant_cpu_ms, fused_cpu_ms,
+             fused_floor_cpu_ms, fp16_cpu_ms / fused_cpu_ms);
   fmt::print("fused vs dequantize+attend: rel L2 {:.2e}; load average during run {:.2f}\n",
              fused_vs_dequant, load_average());
   return 0;
