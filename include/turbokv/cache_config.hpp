@@ -1,0 +1,67 @@
+// Short configuration names for evaluation tables and command lines ("tq3", "k4v2", "q4_0h",
+// "kivi2", ...) -> a CacheConfig (prompt_cache.hpp) that make_kv_cache builds.
+//
+// Grammar (case-sensitive; a list is comma-separated):
+//   dense16 | dense32                     DenseKVCache, fp16 / f32
+//   tq<B>                                 TurboQuant MSE, keys and values at B bits (1..8, or a
+//                                         half width like 2.5, 3.5)
+//   k<A>v<B>                              TurboQuant MSE, keys A bits, values B bits
+//   prod<B>                               TurboQuant keys with the inner-product codec
+//                                         ((B-1)-bit MSE + 1-bit QJL), values B-bit MSE
+//     each TurboQuant name may continue with  s<N>  (first N tokens exact, "sinks") then
+//     w<N>  (newest N tokens exact, "window"), then any of the flags
+//     -nc (norm correction), -f32n (fp32 norms), -haar (dense Haar rotation):
+//     e.g. tq3w64, tq3s4w64, k4v2-nc, tq4-f32n-nc
+//   q8_0 | q4_0 | q8_0h | q4_0h           llama.cpp block types; h = Hadamard-rotated rows
+//   kivi2 | kivi4 [r<N>]                  KIVI, residual N recent tokens (default 32)
+//   affine4 | affine8 | affine2           mlx-lm QuantizedKVCache, group 64
+//   anything with ':'                     the long form, parse_cache_config (prompt_cache.hpp)
+//
+// A configuration that cannot apply to a shape (a group larger than, or not dividing, the head
+// row) is "not applicable": kv_config_problem() says why, make_kv_cache throws
+// NotApplicableError (a turbokv::Error), so a table can print "n/a" and go on.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "turbokv/error.hpp"
+#include "turbokv/kv_cache.hpp"
+#include "turbokv/prompt_cache.hpp"
+
+namespace turbokv {
+
+class NotApplicableError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct KVConfigSpec {
+  std::string name;         // as written
+  std::string description;  // human-readable, e.g. "TurboQuant keys 3b mse, values 3b, window 64"
+  CacheConfig config;       // what make_kv_cache builds
+};
+
+// Throws turbokv::Error naming the problem for an unknown or malformed name.
+KVConfigSpec parse_kv_config(const std::string& name);
+// Comma-separated list; empty items are skipped; throws on the first bad name.
+std::vector<KVConfigSpec> parse_kv_config_list(const std::string& list);
+
+// "" when the configuration fits (kv_heads, head_dim), else why it is not applicable.
+std::string kv_config_problem(const KVConfigSpec& spec, int kv_heads, int head_dim);
+
+// Builds the empty cache; NotApplicableError when kv_config_problem() is not empty.
+std::unique_ptr<KVCache> make_kv_cache(const KVConfigSpec& spec, int kv_heads, int head_dim);
+std::unique_ptr<KVCache> make_kv_cache(const std::string& name, int kv_heads, int head_dim);
+
+// The maker of the baseline classes ("q8_0", "q4_0", "kivi", "affine") from a CacheConfig;
+// CacheConfig.options keys: q8_0/q4_0: hadamard (0/1), rotation_seed; kivi: bits, group_size,
+// residual; affine: bits, group_size. Unknown keys -> turbokv::Error. Listed in the registry.
+std::unique_ptr<KVCache> make_baseline_cache(int kv_heads, int head_dim, const CacheConfig& config);
+
+// Stored bits per cached value: 8 * nbytes() / (2 * size() * kv_heads * head_dim) (everything
+// the cache holds, windows and scales included); 0 for an empty cache.
+double kv_bits_per_value(const KVCache& cache);
+
+}  // namespace turbokv

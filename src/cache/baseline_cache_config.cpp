@@ -1,0 +1,286 @@
+// Configuration names (cache_config.hpp) and the maker of the baseline cache classes.
+#include <charconv>
+#include <cmath>
+
+#include "core/check.hpp"
+#include "turbokv/baseline_caches.hpp"
+#include "turbokv/cache_config.hpp"
+
+namespace turbokv {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Reads a non-negative decimal number (digits, optional ".digits") at pos; advances pos.
+bool read_number(const std::string& s, size_t& pos, double& value) {
+  const size_t start = pos;
+  while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) ++pos;
+  if (pos == start) return false;
+  const auto [end, ec] = std::from_chars(s.data() + start, s.data() + pos, value);
+  return ec == std::errc() && end == s.data() + pos;
+}
+
+bool read_count(const std::string& s, size_t& pos, size_t& value) {
+  const size_t start = pos;
+  while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) ++pos;
+  if (pos == start || pos - start > 9) return false;
+  const auto [end, ec] = std::from_chars(s.data() + start, s.data() + pos, value);
+  return ec == std::errc() && end == s.data() + pos;
+}
+
+std::string bits_text(double b) { return fmt::format("{}b", b); }
+
+KVConfigSpec parse_turboquant(const std::string& name) {
+  KVConfigSpec spec{name, "", {}};
+  spec.config.kind = "turboquant";
+  auto& tq = spec.config.tq;
+  size_t pos = 0;
+  double a = 0, b = 0;
+  const auto bad = [&](const char* why) {
+    detail::fail("configuration '{}': {} (expected e.g. tq3, k4v2, prod3, tq3s4w64, tq3-nc)",
+                 name, why);
+  };
+  if (starts_with(name, "tq")) {
+    pos = 2;
+    if (!read_number(name, pos, a)) bad("missing bit width after 'tq'");
+    tq.key_bits = tq.value_bits = a;
+  } else if (starts_with(name, "prod")) {
+    pos = 4;
+    if (!read_number(name, pos, a)) bad("missing bit width after 'prod'");
+    tq.key_bits = tq.value_bits = a;
+    tq.key_codec = TurboQuantCodecKind::prod;
+  } else {  // k<A>v<B>
+    pos = 1;
+    if (!read_number(name, pos, a) || pos >= name.size() || name[pos] != 'v') {
+      bad("expected k<bits>v<bits>");
+    }
+    ++pos;
+    if (!read_number(name, pos, b)) bad("missing value bit width after 'v'");
+    tq.key_bits = a;
+    tq.value_bits = b;
+  }
+  if (pos < name.size() && name[pos] == 's') {
+    ++pos;
+    if (!read_count(name, pos, tq.sinks)) bad("expected a token count after 's'");
+  }
+  if (pos < name.size() && name[pos] == 'w') {
+    ++pos;
+    if (!read_count(name, pos, tq.window)) bad("expected a token count after 'w'");
+  }
+  while (pos < name.size()) {
+    if (name[pos] != '-') bad("unexpected characters");
+    const size_t end = std::min(name.find('-', pos + 1), name.size());
+    const std::string flag = name.substr(pos + 1, end - pos - 1);
+    if (flag == "nc") {
+      tq.norm_correction = true;
+    } else if (flag == "f32n") {
+      tq.fp32_norm = true;
+    } else if (flag == "haar") {
+      tq.rotation = RotationKind::haar;
+    } else {
+      detail::fail("configuration '{}': unknown flag '-{}' (known: -nc, -f32n, -haar)", name, flag);
+    }
+    pos = end;
+  }
+  TURBOKV_CHECK(tq.key_bits >= 1 && tq.key_bits <= 8 && tq.value_bits >= 1 && tq.value_bits <= 8,
+                "configuration '{}': bit widths must be in [1, 8]", name);
+  TURBOKV_CHECK(tq.key_codec != TurboQuantCodecKind::prod || tq.key_bits >= 2,
+                "configuration '{}': the prod codec needs at least 2 bits", name);
+  std::string d = fmt::format("TurboQuant keys {} {}, values {}", bits_text(tq.key_bits),
+                              tq.key_codec == TurboQuantCodecKind::prod ? "prod" : "mse",
+                              bits_text(tq.value_bits));
+  if (tq.sinks > 0) d += fmt::format(", {} sinks exact", tq.sinks);
+  if (tq.window > 0) d += fmt::format(", newest {} exact", tq.window);
+  if (tq.norm_correction) d += ", norm correction";
+  if (tq.fp32_norm) d += ", fp32 norms";
+  if (tq.rotation == RotationKind::haar) d += ", Haar rotation";
+  spec.description = d;
+  return spec;
+}
+
+int option_int(const CacheConfig& c, const std::string& key, int fallback, int min, int max) {
+  auto it = c.options.find(key);
+  if (it == c.options.end()) return fallback;
+  int v = 0;
+  const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  TURBOKV_CHECK(ec == std::errc() && end == it->second.data() + it->second.size() && v >= min &&
+                    v <= max,
+                "cache config '{}': option {} must be an integer in [{}, {}], got '{}'", c.kind,
+                key, min, max, it->second);
+  return v;
+}
+
+void check_option_keys(const CacheConfig& c, std::initializer_list<const char*> known) {
+  for (const auto& [key, value] : c.options) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || key == k;
+    TURBOKV_CHECK(ok, "cache config '{}': unknown option '{}'", c.kind, key);
+  }
+}
+
+BlockQuantOptions block_options(const CacheConfig& c) {
+  check_option_keys(c, {"hadamard", "rotation_seed"});
+  BlockQuantOptions o;
+  o.format = c.kind == "q8_0" ? BlockQuantFormat::q8_0 : BlockQuantFormat::q4_0;
+  o.hadamard = option_int(c, "hadamard", 0, 0, 1) == 1;
+  if (auto it = c.options.find("rotation_seed"); it != c.options.end()) {
+    const auto [end, ec] =
+        std::from_chars(it->second.data(), it->second.data() + it->second.size(), o.rotation_seed);
+    TURBOKV_CHECK(ec == std::errc() && end == it->second.data() + it->second.size(),
+                  "cache config '{}': bad rotation_seed '{}'", c.kind, it->second);
+  }
+  return o;
+}
+
+KiviOptions kivi_options(const CacheConfig& c) {
+  check_option_keys(c, {"bits", "group_size", "residual"});
+  KiviOptions o;
+  o.bits = option_int(c, "bits", 2, 1, 8);
+  o.group_size = option_int(c, "group_size", 32, 1, 1024);
+  o.residual = static_cast<size_t>(option_int(c, "residual", 32, 0, 65536));
+  return o;
+}
+
+AffineOptions affine_options(const CacheConfig& c) {
+  check_option_keys(c, {"bits", "group_size"});
+  AffineOptions o;
+  o.bits = option_int(c, "bits", 4, 1, 8);
+  o.group_size = option_int(c, "group_size", 64, 1, 1024);
+  return o;
+}
+
+}  // namespace
+
+KVConfigSpec parse_kv_config(const std::string& name) {
+  TURBOKV_CHECK(!name.empty(), "configuration name is empty");
+  TURBOKV_CHECK(name.size() <= 200, "configuration name is too long");
+  if (name.find(':') != std::string::npos) {
+    KVConfigSpec spec{name, "", parse_cache_config(name)};
+    spec.description = format_cache_config(spec.config);
+    return spec;
+  }
+  KVConfigSpec spec{name, "", {}};
+  auto& c = spec.config;
+  if (name == "dense16" || name == "dense32") {
+    c.kind = "dense";
+    c.dense_dtype = name == "dense16" ? DenseDtype::f16 : DenseDtype::f32;
+    spec.description = std::string("dense ") + (name == "dense16" ? "fp16" : "f32");
+    return spec;
+  }
+  if (name == "q8_0" || name == "q4_0" || name == "q8_0h" || name == "q4_0h") {
+    c.kind = name.substr(0, 4);
+    const bool rotated = name.size() == 5;
+    if (rotated) c.options.emplace("hadamard", std::string(1, '1'));
+    spec.description = fmt::format("llama.cpp {} (32-value blocks, fp16 scale){}", c.kind,
+                                   rotated ? " after a Hadamard rotation" : "");
+    return spec;
+  }
+  if (starts_with(name, "kivi")) {
+    size_t pos = 4, bits = 0, residual = 32;
+    TURBOKV_CHECK(read_count(name, pos, bits) && (bits == 2 || bits == 4),
+                  "configuration '{}': KIVI takes 2 or 4 bits (kivi2, kivi4)", name);
+    if (pos < name.size() && name[pos] == 'r') {
+      ++pos;
+      TURBOKV_CHECK(read_count(name, pos, residual) && residual % 32 == 0 && residual <= 65536,
+                    "configuration '{}': expected r<residual tokens, a multiple of 32>", name);
+    }
+    TURBOKV_CHECK(pos == name.size(), "configuration '{}': unexpected characters", name);
+    c.kind = "kivi";
+    c.options = {{"bits", std::to_string(bits)}, {"residual", std::to_string(residual)}};
+    spec.description = fmt::format("KIVI {}-bit (keys per channel, values per token, groups of "
+                                   "32, {} recent tokens fp16)",
+                                   bits, residual);
+    return spec;
+  }
+  if (starts_with(name, "affine")) {
+    size_t pos = 6, bits = 0;
+    TURBOKV_CHECK(read_count(name, pos, bits) && pos == name.size() &&
+                      (bits == 2 || bits == 4 || bits == 8),
+                  "configuration '{}': affine takes 2, 4 or 8 bits (affine4, affine8)", name);
+    c.kind = "affine";
+    c.options = {{"bits", std::to_string(bits)}};
+    spec.description = fmt::format("mlx-lm affine {}-bit (groups of 64, fp16 scale and bias)", bits);
+    return spec;
+  }
+  if (starts_with(name, "tq") || starts_with(name, "prod") ||
+      (name.size() > 1 && name[0] == 'k' && std::isdigit(static_cast<unsigned char>(name[1])))) {
+    return parse_turboquant(name);
+  }
+  detail::fail("unknown configuration '{}' (known: dense16, dense32, tq<bits>, k<bits>v<bits>, "
+               "prod<bits>, [s<N>][w<N>][-nc][-f32n][-haar], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
+               "kivi4, affine4, affine8, or kind:key=value,...)",
+               name);
+}
+
+std::vector<KVConfigSpec> parse_kv_config_list(const std::string& list) {
+  std::vector<KVConfigSpec> specs;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    // The long form has commas inside ("turboquant:key_bits=4,value_bits=2"): an item without
+    // '=' after a long-form item starts a new configuration, one with '=' continues it.
+    std::string item = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (item.find(':') != std::string::npos) {
+      while (end != std::string::npos) {
+        const size_t next = list.find(',', end + 1);
+        const std::string more = list.substr(end + 1, next == std::string::npos ? std::string::npos
+                                                                                 : next - end - 1);
+        if (more.find('=') == std::string::npos || more.find(':') != std::string::npos) break;
+        item += "," + more;
+        end = next;
+      }
+    }
+    if (!item.empty()) specs.push_back(parse_kv_config(item));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  TURBOKV_CHECK(!specs.empty(), "configuration list '{}' names no configuration", list);
+  return specs;
+}
+
+std::string kv_config_problem(const KVConfigSpec& spec, int kv_heads, int head_dim) {
+  (void)kv_heads;
+  const CacheConfig& c = spec.config;
+  std::string problem;
+  if (c.kind == "q8_0" || c.kind == "q4_0") {
+    problem = BlockQuantKVCache::shape_problem(head_dim, block_options(c));
+  } else if (c.kind == "kivi") {
+    problem = KiviKVCache::shape_problem(head_dim, kivi_options(c));
+  } else if (c.kind == "affine") {
+    problem = AffineKVCache::shape_problem(head_dim, affine_options(c));
+  }
+  if (!problem.empty() && spec.name != c.kind) problem = spec.name + ": " + problem;
+  return problem;
+}
+
+std::unique_ptr<KVCache> make_kv_cache(const KVConfigSpec& spec, int kv_heads, int head_dim) {
+  const std::string problem = kv_config_problem(spec, kv_heads, head_dim);
+  if (!problem.empty()) throw NotApplicableError(problem);
+  return make_kv_cache(kv_heads, head_dim, spec.config);
+}
+
+std::unique_ptr<KVCache> make_kv_cache(const std::string& name, int kv_heads, int head_dim) {
+  return make_kv_cache(parse_kv_config(name), kv_heads, head_dim);
+}
+
+std::unique_ptr<KVCache> make_baseline_cache(int kv_heads, int head_dim, const CacheConfig& c) {
+  if (c.kind == "q8_0" || c.kind == "q4_0") {
+    return std::make_unique<BlockQuantKVCache>(kv_heads, head_dim, block_options(c));
+  }
+  if (c.kind == "kivi") return std::make_unique<KiviKVCache>(kv_heads, head_dim, kivi_options(c));
+  if (c.kind == "affine") {
+    return std::make_unique<AffineKVCache>(kv_heads, head_dim, affine_options(c));
+  }
+  detail::fail("make_baseline_cache: '{}' is not a baseline cache kind", c.kind);
+}
+
+double kv_bits_per_value(const KVCache& cache) {
+  if (cache.size() == 0) return 0.0;
+  return 8.0 * static_cast<double>(cache.nbytes()) /
+         (2.0 * static_cast<double>(cache.size()) * cache.kv_heads() * cache.head_dim());
+}
+
+}  // namespace turbokv
