@@ -80,6 +80,17 @@ CacheConfig cache_config(const GenerateArgs& a) {
   return config;
 }
 
+// "dense f16", "turboquant k4/v4 mse", ... (the full option string is in --json as cache_config).
+std::string short_label(const CacheConfig& config) {
+  if (config.kind == "dense") return "dense " + dense_dtype_name(config.dense_dtype);
+  if (config.kind != "turboquant") return format_cache_config(config);
+  std::string label = fmt::format("turboquant k{}/v{} {}", config.tq.key_bits, config.tq.value_bits,
+                                  codec_kind_name(config.tq.key_codec));
+  if (config.tq.sinks > 0) label += fmt::format(" sinks {}", config.tq.sinks);
+  if (config.tq.window > 0) label += fmt::format(" window {}", config.tq.window);
+  return label;
+}
+
 // What to print for a piece: raw bytes (UTF-8 split over byte tokens reassembles), minus
 // control characters other than whitespace, as llama2.c's safe_printf does.
 std::string printable(const std::string& piece) {
@@ -106,6 +117,9 @@ int run_generate(const GenerateArgs& a) {
   std::string cache_kind;
   std::vector<int> to_feed;
   if (!a.load_cache.empty()) {
+    if (a.kv_bits || a.key_bits || a.value_bits || !a.cache_spec.empty()) {
+      throw Error("--load-cache takes the cache (and its kind) from the file; drop --kv-bits/--cache");
+    }
     session.emplace(engine::Session::load(model, a.load_cache, pool, a.chunk));
     const auto& held = session->tokens();
     const bool continues = a.prompt.empty() ||
@@ -120,7 +134,7 @@ int run_generate(const GenerateArgs& a) {
     const CacheConfig config = cache_config(a);
     session.emplace(model, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config), pool, a.chunk);
     to_feed = prompt_ids;
-    cache_kind = format_cache_config(config);
+    cache_kind = short_label(config);
   }
   if (static_cast<int>(session->position() + to_feed.size()) > c.seq_len) {
     throw Error(fmt::format("the prompt needs {} positions, the model's context is {}", session->position() + to_feed.size(),
