@@ -1,0 +1,72 @@
+// `turbokv generate` and `turbokv tokenize` as a user runs them: the published greedy text is
+// streamed, the statistics lines are printed, and --save-cache / --load-cache continue with
+// the same text.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace {
+
+const std::string kTool = TURBOKV_TOOL_PATH;
+const std::string kModels = TURBOKV_MODELS_DIR;
+
+// stdout of a command, and its exit status.
+std::pair<std::string, int> run(const std::string& args) {
+  const std::string cmd = "TURBOKV_MODELS_DIR='" + kModels + "' '" + kTool + "' " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {"", -1};
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {out, WEXITSTATUS(status)};
+}
+
+void require_tool() {
+  if (kTool.empty() || !std::filesystem::exists(kTool)) GTEST_SKIP() << "turbokv tool not built";
+}
+
+}  // namespace
+
+TEST(GenerateCli, StreamsPublishedTextAndStatistics) {
+  require_tool();
+  const auto [out, status] = run("generate --model stories260K.bin --prompt 'Once upon a time' -n 50");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.", 0),
+            0u) << out;
+  EXPECT_NE(out.find("prompt: 5 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("tokens/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("kv cache [dense f16]"), std::string::npos) << out;
+}
+
+TEST(GenerateCli, SavedCacheContinuesTheSameText) {
+  require_tool();
+  const auto path = (std::filesystem::temp_directory_path() / "turbokv_test_generate_cli.tkv").string();
+  const auto [straight, s1] = run("generate --prompt 'In the beginning' -n 30 --kv-bits 4 --json --save-cache " + path);
+  ASSERT_EQ(s1, 0) << straight;
+  const auto [resumed, s2] = run("generate --prompt 'In the beginning' -n 30 --json --load-cache " + path);
+  ASSERT_EQ(s2, 0) << resumed;
+  auto text_of = [](const std::string& json) {
+    const auto at = json.find("\"text\":");
+    return at == std::string::npos ? std::string() : json.substr(at, json.find("\",\"", at) - at);
+  };
+  EXPECT_FALSE(text_of(straight).empty());
+  EXPECT_EQ(text_of(resumed), text_of(straight));
+  EXPECT_NE(resumed.find("\"prompt_tokens_computed\":0"), std::string::npos) << resumed;
+  std::filesystem::remove(path);
+}
+
+TEST(GenerateCli, BadArgumentsFailWithAMessage) {
+  require_tool();
+  EXPECT_EQ(run("generate --model does-not-exist.bin --prompt x").second, 1);
+  EXPECT_EQ(run("generate --prompt x --key-bits 4").second, 1);  // value bits missing
+  EXPECT_EQ(run("generate --prompt x --kv-window 8").second, 1);  // window needs --kv-bits
+  const auto [ids, status] = run("tokenize --tokenizer " + kModels + "/llama2-tokenizer.bin --text 'Hello world'");
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(ids, "1 15043 3186\n");
+}
