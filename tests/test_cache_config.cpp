@@ -3,6 +3,7 @@
 // "not applicable", and bits/value of a built cache comes from its bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -184,4 +185,25 @@ TEST(CacheConfig, NotApplicableShapes) {
   EXPECT_THROW(make_baseline_cache(1, 64, c), Error);
   c.options = {{"hadamard", "2"}};
   EXPECT_THROW(make_baseline_cache(1, 64, c), Error);
+}
+
+TEST(CacheConfig, RegistryLoadsEveryBaselineClass) {
+  const int heads = 2, dim = 64;
+  const auto k = gaussian(heads * 40 * dim, 3);
+  for (const char* name : {"q8_0", "q4_0h", "kivi2", "affine4"}) {
+    SCOPED_TRACE(name);
+    auto cache = make_kv_cache(name, heads, dim);
+    cache->append(k, k, 40);
+    auto loaded = load_kv_cache(cache->save_state());
+    EXPECT_EQ(loaded->class_name(), cache->class_name());
+    std::vector<float> a(k.size()), b(k.size()), c(k.size()), d(k.size());
+    cache->fetch(a, b);
+    loaded->fetch(c, d);
+    EXPECT_EQ(a, c);
+    EXPECT_EQ(b, d);
+  }
+  const auto classes = registered_cache_classes();
+  for (const char* cls : {"q8_0", "q4_0", "kivi", "affine"}) {
+    EXPECT_NE(std::find(classes.begin(), classes.end(), cls), classes.end()) << cls;
+  }
 }
