@@ -23,23 +23,23 @@ constexpr uint64_t kQjlTag = 0x514a4c0000000004ULL;
 constexpr int kMaxProdDim = 4096;  // S is dense dim x dim
 constexpr size_t kChunk = 64;      // vectors per batch through the rotation
 
-void quantize_pack(const float* y, size_t n, float inv_norm, const float* boundaries, int bits,
-                   uint8_t* packed) {
-  if (n == 0) return;
+// The per-coordinate loops over a batch of records: SIMD kernels or the scalar reference, chosen
+// (and dispatched) once per call.
+void quantize_pack_records(const float* y, size_t y_stride, const float* inv_norms,
+                           const float* boundaries, const GroupBatch& batch, uint8_t* records) {
   if (force_scalar_kernels()) {
-    reference::quantize_pack(y, n, inv_norm, boundaries, bits, packed);
+    reference::quantize_pack_records(y, y_stride, inv_norms, boundaries, batch, records);
   } else {
-    kernels::quantize_pack(y, n, inv_norm, boundaries, bits, packed);
+    kernels::quantize_pack_records(y, y_stride, inv_norms, boundaries, batch, records);
   }
 }
 
-void unpack_dequantize(const uint8_t* packed, size_t n, int bits, const float* centroids,
-                       float scale, float* y) {
-  if (n == 0) return;
+void unpack_dequantize_records(const uint8_t* records, const float* scales, const float* centroids,
+                               const GroupBatch& batch, float* y, size_t y_stride) {
   if (force_scalar_kernels()) {
-    reference::unpack_dequantize(packed, n, bits, centroids, scale, y);
+    reference::unpack_dequantize_records(records, scales, centroids, batch, y, y_stride);
   } else {
-    kernels::unpack_dequantize(packed, n, bits, centroids, scale, y);
+    kernels::unpack_dequantize_records(records, scales, centroids, batch, y, y_stride);
   }
 }
 
@@ -128,29 +128,32 @@ double TurboQuantMse::effective_bits() const {
 
 void TurboQuantMse::encode_rotated(const float* y, const float* norms, size_t n, uint8_t* codes,
                                    size_t record_stride) const {
+  if (n == 0) return;
   const CodeLayout& L = layout_;
-  std::vector<float> decoded(options_.norm_correction ? L.dim : 0);
-  for (size_t v = 0; v < n; ++v) {
-    const float* yv = y + v * L.dim;
-    uint8_t* record = codes + v * record_stride;
-    const float norm = norms[v];
-    const float inv_norm = norm > 0.0f ? static_cast<float>(1.0 / norm) : 0.0f;
-    quantize_pack(yv, L.dims_hi, inv_norm, codebooks_[0]->boundaries().data(), L.bits_hi,
-                  record + L.group0_offset);
-    quantize_pack(yv + L.dims_hi, L.dims_lo, inv_norm, codebooks_[1]->boundaries().data(), L.bits_lo,
-                  record + L.group1_offset);
-    float scale = norm;
-    if (options_.norm_correction && norm > 0.0f) {
-      unpack_dequantize(record + L.group0_offset, L.dims_hi, L.bits_hi,
-                        codebooks_[0]->centroids().data(), 1.0f, decoded.data());
-      unpack_dequantize(record + L.group1_offset, L.dims_lo, L.bits_lo,
-                        codebooks_[1]->centroids().data(), 1.0f, decoded.data() + L.dims_hi);
+  std::vector<float> factors(n);  // 1/norm for quantizing, then the stored scale
+  for (size_t v = 0; v < n; ++v) factors[v] = norms[v] > 0.0f ? static_cast<float>(1.0 / norms[v]) : 0.0f;
+  const GroupBatch group0{n, record_stride, L.group0_offset, static_cast<size_t>(L.dims_hi), L.bits_hi};
+  const GroupBatch group1{n, record_stride, L.group1_offset, static_cast<size_t>(L.dims_lo), L.bits_lo};
+  quantize_pack_records(y, L.dim, factors.data(), codebooks_[0]->boundaries().data(), group0, codes);
+  quantize_pack_records(y + L.dims_hi, L.dim, factors.data(), codebooks_[1]->boundaries().data(), group1,
+                        codes);
+  for (size_t v = 0; v < n; ++v) factors[v] = norms[v];
+  if (options_.norm_correction) {
+    // Scale so that ||scale * c[idx]|| == ||x||: decode the unit-scale centroids, take their norm.
+    std::vector<float> decoded(n * L.dim);
+    const std::vector<float> ones(n, 1.0f);
+    unpack_dequantize_records(codes, ones.data(), codebooks_[0]->centroids().data(), group0,
+                              decoded.data(), L.dim);
+    unpack_dequantize_records(codes, ones.data(), codebooks_[1]->centroids().data(), group1,
+                              decoded.data() + L.dims_hi, L.dim);
+    for (size_t v = 0; v < n; ++v) {
+      if (norms[v] == 0.0f) continue;
       double sum = 0.0;
-      for (float c : decoded) sum += static_cast<double>(c) * c;
-      scale = static_cast<float>(norm / std::sqrt(sum));  // centroids are never all zero
+      for (int i = 0; i < L.dim; ++i) sum += static_cast<double>(decoded[v * L.dim + i]) * decoded[v * L.dim + i];
+      factors[v] = static_cast<float>(norms[v] / std::sqrt(sum));  // centroids are never all zero
     }
-    store_norm(record + L.norm_offset, scale, L.fp32_norm);
   }
+  for (size_t v = 0; v < n; ++v) store_norm(codes + v * record_stride + L.norm_offset, factors[v], L.fp32_norm);
 }
 
 void TurboQuantMse::encode(const float* x, size_t n, uint8_t* codes) const {
@@ -168,16 +171,15 @@ void TurboQuantMse::encode(const float* x, size_t n, uint8_t* codes) const {
 
 void TurboQuantMse::decode_rotated_strided(const uint8_t* codes, size_t n, size_t record_stride,
                                            float* y) const {
+  if (n == 0) return;
   const CodeLayout& L = layout_;
-  for (size_t v = 0; v < n; ++v) {
-    const uint8_t* record = codes + v * record_stride;
-    float* yv = y + v * L.dim;
-    const float scale = load_norm(record + L.norm_offset, L.fp32_norm);
-    unpack_dequantize(record + L.group0_offset, L.dims_hi, L.bits_hi,
-                      codebooks_[0]->centroids().data(), scale, yv);
-    unpack_dequantize(record + L.group1_offset, L.dims_lo, L.bits_lo,
-                      codebooks_[1]->centroids().data(), scale, yv + L.dims_hi);
-  }
+  std::vector<float> scales(n);
+  for (size_t v = 0; v < n; ++v) scales[v] = load_norm(codes + v * record_stride + L.norm_offset, L.fp32_norm);
+  const GroupBatch group0{n, record_stride, L.group0_offset, static_cast<size_t>(L.dims_hi), L.bits_hi};
+  const GroupBatch group1{n, record_stride, L.group1_offset, static_cast<size_t>(L.dims_lo), L.bits_lo};
+  unpack_dequantize_records(codes, scales.data(), codebooks_[0]->centroids().data(), group0, y, L.dim);
+  unpack_dequantize_records(codes, scales.data(), codebooks_[1]->centroids().data(), group1,
+                            y + L.dims_hi, L.dim);
 }
 
 void TurboQuantMse::decode_rotated(const uint8_t* codes, size_t n, float* y) const {

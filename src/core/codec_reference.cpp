@@ -52,4 +52,27 @@ void unpack_dequantize(const uint8_t* packed, size_t n, int bits, const float* c
   }
 }
 
+void fwht_blocks_batch(float* x, size_t n, int log2_blocks, int block, float scale) {
+  const size_t dim = (size_t{1} << log2_blocks) * static_cast<size_t>(block);
+  for (size_t v = 0; v < n; ++v) fwht_blocks(x + v * dim, log2_blocks, block, scale);
+}
+
+void quantize_pack_records(const float* y, size_t y_stride, const float* inv_norms,
+                           const float* boundaries, const GroupBatch& batch, uint8_t* records) {
+  if (batch.n_codes == 0) return;
+  for (size_t v = 0; v < batch.n_records; ++v) {
+    quantize_pack(y + v * y_stride, batch.n_codes, inv_norms[v], boundaries, batch.bits,
+                  records + v * batch.record_stride + batch.offset);
+  }
+}
+
+void unpack_dequantize_records(const uint8_t* records, const float* scales, const float* centroids,
+                               const GroupBatch& batch, float* y, size_t y_stride) {
+  if (batch.n_codes == 0) return;
+  for (size_t v = 0; v < batch.n_records; ++v) {
+    unpack_dequantize(records + v * batch.record_stride + batch.offset, batch.n_codes, batch.bits,
+                      centroids, scales[v], y + v * y_stride);
+  }
+}
+
 }  // namespace turbokv::reference

@@ -152,11 +152,11 @@ void apply_block_rotation(const std::vector<float>& q, int m, bool transpose, fl
   }
 }
 
-void fwht(float* x, int log2_blocks, int block, float scale) {
+void fwht_batch(float* x, size_t n, int log2_blocks, int block, float scale) {
   if (force_scalar_kernels()) {
-    reference::fwht_blocks(x, log2_blocks, block, scale);
+    reference::fwht_blocks_batch(x, n, log2_blocks, block, scale);
   } else {
-    kernels::fwht_blocks(x, log2_blocks, block, scale);
+    kernels::fwht_blocks_batch(x, n, log2_blocks, block, scale);
   }
 }
 
@@ -170,17 +170,17 @@ void HadamardRotation::forward(const float* in, float* out, size_t n) const {
     float* y = out + v * d;
     for (size_t i = 0; i < d; ++i) y[i] = x[i] * signs_[i];
     if (block_ > 1) apply_block_rotation(block_rotation_, block_, false, y, blocks);
-    fwht(y, log2_blocks_, block_, scale_);
   }
+  fwht_batch(out, n, log2_blocks_, block_, scale_);
 }
 
 void HadamardRotation::inverse(const float* in, float* out, size_t n) const {
   const size_t d = static_cast<size_t>(dim_);
   const size_t blocks = size_t{1} << log2_blocks_;
+  if (out != in && n > 0) std::memcpy(out, in, n * d * sizeof(float));
+  fwht_batch(out, n, log2_blocks_, block_, scale_);
   for (size_t v = 0; v < n; ++v) {
     float* y = out + v * d;
-    if (y != in + v * d) std::memcpy(y, in + v * d, d * sizeof(float));
-    fwht(y, log2_blocks_, block_, scale_);
     if (block_ > 1) apply_block_rotation(block_rotation_, block_, true, y, blocks);
     for (size_t i = 0; i < d; ++i) y[i] *= signs_[i];
   }

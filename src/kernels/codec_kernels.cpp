@@ -259,6 +259,31 @@ void UnpackDequantize(const uint8_t* HWY_RESTRICT packed, size_t n, int bits,
   }
 }
 
+void FwhtBlocksBatch(float* HWY_RESTRICT x, size_t n, int log2_blocks, int block, float scale) {
+  const size_t dim = (size_t{1} << log2_blocks) * static_cast<size_t>(block);
+  for (size_t v = 0; v < n; ++v) FwhtBlocks(x + v * dim, log2_blocks, block, scale);
+}
+
+void QuantizePackRecords(const float* HWY_RESTRICT y, size_t y_stride, const float* HWY_RESTRICT inv_norms,
+                         const float* HWY_RESTRICT boundaries, const GroupBatch& batch,
+                         uint8_t* HWY_RESTRICT records) {
+  if (batch.n_codes == 0) return;
+  for (size_t v = 0; v < batch.n_records; ++v) {
+    QuantizePack(y + v * y_stride, batch.n_codes, inv_norms[v], boundaries, batch.bits,
+                 records + v * batch.record_stride + batch.offset);
+  }
+}
+
+void UnpackDequantizeRecords(const uint8_t* HWY_RESTRICT records, const float* HWY_RESTRICT scales,
+                             const float* HWY_RESTRICT centroids, const GroupBatch& batch,
+                             float* HWY_RESTRICT y, size_t y_stride) {
+  if (batch.n_codes == 0) return;
+  for (size_t v = 0; v < batch.n_records; ++v) {
+    UnpackDequantize(records + v * batch.record_stride + batch.offset, batch.n_codes, batch.bits,
+                     centroids, scales[v], y + v * y_stride);
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -272,6 +297,23 @@ HWY_EXPORT(FwhtBlocks);
 HWY_EXPORT(QuantizePack);
 HWY_EXPORT(UnpackDequantize);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(FwhtBlocksBatch);
+HWY_EXPORT(QuantizePackRecords);
+HWY_EXPORT(UnpackDequantizeRecords);
+
+void fwht_blocks_batch(float* x, size_t n, int log2_blocks, int block, float scale) {
+  HWY_DYNAMIC_DISPATCH(FwhtBlocksBatch)(x, n, log2_blocks, block, scale);
+}
+
+void quantize_pack_records(const float* y, size_t y_stride, const float* inv_norms,
+                           const float* boundaries, const GroupBatch& batch, uint8_t* records) {
+  HWY_DYNAMIC_DISPATCH(QuantizePackRecords)(y, y_stride, inv_norms, boundaries, batch, records);
+}
+
+void unpack_dequantize_records(const uint8_t* records, const float* scales, const float* centroids,
+                               const GroupBatch& batch, float* y, size_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(UnpackDequantizeRecords)(records, scales, centroids, batch, y, y_stride);
+}
 
 void fwht_blocks(float* x, int log2_blocks, int block, float scale) {
   HWY_DYNAMIC_DISPATCH(FwhtBlocks)(x, log2_blocks, block, scale);

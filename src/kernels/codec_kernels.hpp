@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/codec_reference.hpp"  // GroupBatch
+
 namespace turbokv::kernels {
 
 void fwht_blocks(float* x, int log2_blocks, int block, float scale);
@@ -14,6 +16,11 @@ void quantize_pack(const float* y, size_t n, float inv_norm, const float* bounda
                    uint8_t* packed);
 void unpack_dequantize(const uint8_t* packed, size_t n, int bits, const float* centroids,
                        float scale, float* y);
+void fwht_blocks_batch(float* x, size_t n, int log2_blocks, int block, float scale);
+void quantize_pack_records(const float* y, size_t y_stride, const float* inv_norms,
+                           const float* boundaries, const GroupBatch& batch, uint8_t* records);
+void unpack_dequantize_records(const uint8_t* records, const float* scales, const float* centroids,
+                               const GroupBatch& batch, float* y, size_t y_stride);
 
 // Highway targets compiled into the codec kernels and supported by this CPU (HWY_* bits).
 std::vector<int64_t> codec_kernel_targets();
