@@ -99,8 +99,7 @@ Model load_gguf(const std::string& path) {
   c.eos_id = static_cast<int>(g.get_int_or("tokenizer.ggml.eos_token_id", 2));
 
   const std::string scaling = g.get_string_or(p + "rope.scaling.type", "none");
-  if (const auto* freqs = g.find_tensor("rope_freqs.weight")) {
-    (void)freqs;
+  if (g.find_tensor("rope_freqs.weight") != nullptr) {
     c.rope_freq_factors = load_vector(g, "rope_freqs.weight", c.head_dim / 2);
   } else if (scaling == "linear") {
     const float factor = static_cast<float>(g.get_float(p + "rope.scaling.factor"));
