@@ -78,6 +78,20 @@ class Cursor {
     return s;
   }
 
+  // One element of a string array; the field name is only formatted on failure, since a
+  // vocabulary has hundreds of thousands of them.
+  void skip_array_string(const std::string& key, uint64_t index) {
+    if (remaining() < 8) fail("truncated: '{}'[{}] at offset {} needs 8 bytes, only {} left", key, index, pos_, remaining());
+    uint64_t length;
+    std::memcpy(&length, data_ + pos_, 8);
+    pos_ += 8;
+    if (length > remaining()) {
+      fail("'{}'[{}]: string length {} at offset {} runs past the end of the file ({} bytes left)", key, index,
+           length, pos_ - 8, remaining());
+    }
+    pos_ += static_cast<size_t>(length);
+  }
+
   void skip(size_t n, std::string_view what) {
     need(n, what);
     pos_ += n;
@@ -172,7 +186,7 @@ GgufFile GgufFile::open(const std::string& path) {
         if (v.count > in.remaining() / 8) {
           in.fail("metadata '{}': array of {} strings cannot fit in the {} bytes left", key, v.count, in.remaining());
         }
-        for (uint64_t j = 0; j < v.count; ++j) in.read_string(fmt::format("'{}'[{}]", key, j));
+        for (uint64_t j = 0; j < v.count; ++j) in.skip_array_string(key, j);
       } else {
         const size_t element = scalar_size(v.element_type);
         if (v.count > in.remaining() / element) {
