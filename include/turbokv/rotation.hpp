@@ -88,7 +88,8 @@ class HadamardRotation final : public Rotation {
   float scale_;                // 2^(-k/2)
 };
 
-// Shared instances, cached per (kind, dim, seed); thread-safe.
+// Shared instances, cached per (kind, dim, seed) while any holder keeps one alive (a weak
+// cache, so distinct seeds do not accumulate); thread-safe.
 std::shared_ptr<const Rotation> make_rotation(RotationKind kind, int dim, uint64_t seed);
 
 // Process-wide switch between the SIMD kernels (default) and the plain scalar reference loops
