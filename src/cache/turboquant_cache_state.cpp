@@ -166,6 +166,20 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
                     t->name);
     }
   }
+  // Codes decode to scale * centroids: a non-finite stored norm would load a poisoned cache.
+  auto check_norms = [](const TensorBlob& blob, const CodeLayout& layout) {
+    const size_t cs = layout.code_size;
+    for (size_t off = 0; off + cs <= blob.data.size(); off += cs) {
+      for (size_t field : {layout.norm_offset, layout.residual_norm_offset}) {
+        if (field == CodeLayout::npos) continue;
+        TURBOKV_CHECK(std::isfinite(load_norm(blob.data.data() + off + field, layout.fp32_norm)),
+                      "TurboQuantKVCache: tensor '{}' holds a non-finite norm (record {})",
+                      blob.name, off / cs);
+      }
+    }
+  };
+  check_norms(kc, cache->key_prod_ ? cache->key_prod_->layout() : cache->key_mse_->layout());
+  check_norms(vc, cache->value_mse_->layout());
   for (int h = 0; h < kv_heads && n_sinks > 0; ++h) {  // no sinks: null buffers, memcpy would be UB
     std::memcpy(cache->sink_ptr(false, h), sk.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
     std::memcpy(cache->sink_ptr(true, h), sv.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
