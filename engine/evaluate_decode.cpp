@@ -1,0 +1,188 @@
+#include "engine/evaluate_decode.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "engine/forward.hpp"
+#include "turbokv/error.hpp"
+#include "turbokv/prompt_cache.hpp"
+#include "turbokv/prng.hpp"
+#include "turbokv/synthetic_kv.hpp"
+
+namespace turbokv::engine {
+
+namespace {
+
+// Synthetic keys/values are generated once, for at most this many tokens, and appended
+// repeatedly: their statistics are what matters, not that every token is new.
+constexpr size_t kFillBlockTokens = 2048;
+
+struct Entry {
+  DecodeBenchRow row;
+  PromptCache cache;
+  std::vector<KVCache*> layers;
+  std::vector<double> step_seconds;
+};
+
+// Appends `n` tokens of `block` (head-major [kv_heads][block_tokens][head_dim]) to every layer.
+void append_prefix(const SyntheticKV& block, size_t n, std::vector<KVCache*>& layers, std::vector<float>& k,
+                   std::vector<float>& v) {
+  const size_t hd = static_cast<size_t>(block.head_dim);
+  if (n == block.n_tokens) {
+    for (KVCache* c : layers) c->append(block.keys, block.values, n);
+    return;
+  }
+  k.resize(static_cast<size_t>(block.kv_heads) * n * hd);
+  v.resize(k.size());
+  for (int h = 0; h < block.kv_heads; ++h) {
+    const size_t src = static_cast<size_t>(h) * block.n_tokens * hd;
+    const size_t dst = static_cast<size_t>(h) * n * hd;
+    std::copy_n(block.keys.begin() + static_cast<std::ptrdiff_t>(src), n * hd, k.begin() + static_cast<std::ptrdiff_t>(dst));
+    std::copy_n(block.values.begin() + static_cast<std::ptrdiff_t>(src), n * hd, v.begin() + static_cast<std::ptrdiff_t>(dst));
+  }
+  for (KVCache* c : layers) c->append(k, v, n);
+}
+
+double median(std::vector<double> x) {
+  if (x.empty()) return 0.0;
+  std::sort(x.begin(), x.end());
+  const size_t m = x.size() / 2;
+  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
+}
+
+}  // namespace
+
+DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions& options, ThreadPool& pool) {
+  const ModelConfig& mc = model.config;
+  if (options.contexts.empty()) throw Error("decode-bench: no context lengths");
+  if (options.configs.empty()) throw Error("decode-bench: no cache configurations");
+  if (options.steps < 1) throw Error("decode-bench: steps must be at least 1");
+  if (options.warmup < 0) throw Error("decode-bench: warmup must not be negative");
+  for (const size_t ctx : options.contexts) {
+    if (ctx == 0 || ctx > (size_t{1} << 24)) throw Error(fmt::format("decode-bench: context {} outside [1, 2^24]", ctx));
+  }
+  const auto note = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+
+  DecodeBenchResult result;
+  result.model = model.path;
+  result.weights = model.weight_type_summary();
+  result.weight_bytes = model.weight_bytes();
+  result.threads = pool.size();
+
+  Forward forward(model, pool, 1);
+  const int token = std::min(1000, mc.vocab_size - 1);
+  std::vector<float> k_scratch, v_scratch;
+
+  for (const size_t ctx : options.contexts) {
+    SyntheticKVOptions so;
+    so.kv_heads = mc.n_kv_heads;
+    so.q_heads = mc.n_kv_heads;
+    so.head_dim = mc.head_dim;
+    so.n_tokens = std::min(ctx, kFillBlockTokens);
+    so.n_queries = 1;
+    so.seed = derive_seed(options.seed, ctx);
+    const SyntheticKV block = make_synthetic_kv(so);
+
+    std::vector<std::unique_ptr<Entry>> entries;
+    for (const KVConfigSpec& spec : options.configs) {
+      auto e = std::make_unique<Entry>();
+      e->row.config = spec.name;
+      e->row.context = ctx;
+      e->row.problem = kv_config_problem(spec, mc.n_kv_heads, mc.head_dim);
+      e->row.applicable = e->row.problem.empty();
+      if (e->row.applicable) {
+        note(fmt::format("context {}: filling {}", ctx, spec.name));
+        const auto t0 = std::chrono::steady_clock::now();
+        e->cache = make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, spec.config);
+        for (size_t l = 0; l < e->cache.n_layers(); ++l) e->layers.push_back(&e->cache.layer(l));
+        for (size_t filled = 0; filled < ctx;) {
+          const size_t n = std::min(block.n_tokens, ctx - filled);
+          append_prefix(block, n, e->layers, k_scratch, v_scratch);
+          filled += n;
+        }
+        e->row.fill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        e->row.kv_bytes = e->cache.nbytes();
+      }
+      entries.push_back(std::move(e));
+    }
+
+    const int one[1] = {token};
+    note(fmt::format("context {}: decoding", ctx));
+    for (int s = 0; s < options.warmup + options.steps; ++s) {
+      for (auto& e : entries) {
+        if (!e->row.applicable) continue;
+        const auto t0 = std::chrono::steady_clock::now();
+        (void)forward.run(one, e->layers);
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s >= options.warmup) e->step_seconds.push_back(dt);
+      }
+    }
+
+    const DecodeBenchRow* dense = nullptr;
+    for (auto& e : entries) {
+      if (!e->row.applicable) continue;
+      const double med = median(e->step_seconds);
+      double mean = 0.0;
+      for (const double t : e->step_seconds) mean += t;
+      mean /= static_cast<double>(e->step_seconds.size());
+      e->row.ms_per_token_median = 1e3 * med;
+      e->row.ms_per_token_mean = 1e3 * mean;
+      e->row.tokens_per_s = med > 0 ? 1.0 / med : 0.0;
+      if (e->row.config == "dense16" && dense == nullptr) dense = &e->row;
+    }
+    for (auto& e : entries) {
+      if (e->row.applicable && dense != nullptr) {
+        e->row.speedup_vs_dense16 = e->row.tokens_per_s / dense->tokens_per_s;
+        e->row.kv_bytes_vs_dense16 = static_cast<double>(e->row.kv_bytes) / static_cast<double>(dense->kv_bytes);
+      }
+      result.rows.push_back(e->row);
+    }
+  }
+  return result;
+}
+
+std::string format_decode_bench_table(const DecodeBenchResult& r) {
+  std::string out = fmt::format("model {} ({} weights, {:.2f} GB), {} threads; speed = 1 / median step time\n",
+                                r.model, r.weights, r.weight_bytes / 1e9, r.threads);
+  out += fmt::format("{:<12} {:>8} {:>10} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "config", "context", "tokens/s",
+                     "ms/tok med", "ms/tok avg", "KV bytes", "KV ratio", "speedup", "fill s");
+  for (const DecodeBenchRow& row : r.rows) {
+    if (!row.applicable) {
+      out += fmt::format("{:<12} {:>8} n/a: {}\n", row.config, row.context, row.problem);
+      continue;
+    }
+    const std::string ratio = row.kv_bytes_vs_dense16 > 0 ? fmt::format("{:.3f}", row.kv_bytes_vs_dense16) : "-";
+    const std::string speedup = row.speedup_vs_dense16 > 0 ? fmt::format("{:.2f}x", row.speedup_vs_dense16) : "-";
+    out += fmt::format("{:<12} {:>8} {:>10.2f} {:>10.2f} {:>10.2f} {:>12} {:>9} {:>9} {:>8.1f}\n", row.config,
+                       row.context, row.tokens_per_s, row.ms_per_token_median, row.ms_per_token_mean, row.kv_bytes,
+                       ratio, speedup, row.fill_seconds);
+  }
+  return out;
+}
+
+std::string format_decode_bench_json(const DecodeBenchResult& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const DecodeBenchRow& row : r.rows) {
+    nlohmann::json j;
+    j["config"] = row.config;
+    j["context"] = row.context;
+    j["tokens_per_s"] = row.applicable ? nlohmann::json(row.tokens_per_s) : nlohmann::json(nullptr);
+    j["kv_bytes"] = row.applicable ? nlohmann::json(row.kv_bytes) : nlohmann::json(nullptr);
+    j["speedup_vs_dense16"] =
+        row.applicable && row.speedup_vs_dense16 > 0 ? nlohmann::json(row.speedup_vs_dense16) : nlohmann::json(nullptr);
+    rows.push_back(std::move(j));
+  }
+  nlohmann::json out;
+  out["model"] = r.model;
+  out["rows"] = std::move(rows);
+  return out.dump();
+}
+
+}  // namespace turbokv::engine

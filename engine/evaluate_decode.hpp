@@ -1,0 +1,65 @@
+// Long-context decode speed (`turbokv decode-bench`, issue 6).
+//
+// For each context length, every configuration gets one cache per layer filled to that length
+// with synthetic keys/values (turbokv/synthetic_kv.hpp: outlier RoPE pairs in keys, near-isotropic
+// values; no prefill runs), then single-token decode steps of the model's forward pass are
+// timed. The configurations of one context are stepped in turn (A, B, C, A, B, C, ...) so that
+// load from other processes on a shared machine falls on all of them alike; a configuration's
+// speed is 1 / its median step time. Each step appends its token, so the caches end at
+// context + warmup + steps tokens.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/model.hpp"
+#include "turbokv/cache_config.hpp"
+#include "turbokv/thread_pool.hpp"
+
+namespace turbokv::engine {
+
+struct DecodeBenchOptions {
+  std::vector<size_t> contexts;
+  std::vector<KVConfigSpec> configs;
+  int steps = 8;      // timed steps per configuration and context
+  int warmup = 1;     // untimed steps first
+  uint64_t seed = 0x6465636f6465ULL;
+  // Called with a short note of what is happening (filling, stepping) for a progress line.
+  std::function<void(const std::string&)> progress;
+};
+
+struct DecodeBenchRow {
+  std::string config;
+  size_t context = 0;
+  bool applicable = true;
+  std::string problem;
+  double tokens_per_s = 0;        // 1 / median step time
+  double ms_per_token_median = 0;
+  double ms_per_token_mean = 0;
+  size_t kv_bytes = 0;            // all layers, at the context length (before the steps)
+  double fill_seconds = 0;        // appending the synthetic keys/values to every layer
+  // Relative to dense16 at the same context (0 when dense16 is not in the list).
+  double speedup_vs_dense16 = 0;
+  double kv_bytes_vs_dense16 = 0;
+};
+
+struct DecodeBenchResult {
+  std::string model;
+  std::string weights;     // weight type summary
+  size_t weight_bytes = 0;
+  int threads = 0;
+  std::vector<DecodeBenchRow> rows;
+};
+
+// Throws turbokv::Error on empty lists, a zero context or steps < 1.
+DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions& options, ThreadPool& pool);
+
+std::string format_decode_bench_table(const DecodeBenchResult& result);
+// {"model":..,"rows":[{"config":..,"context":..,"tokens_per_s":..,"kv_bytes":..,
+//   "speedup_vs_dense16":..}, ...]} (null numbers for not-applicable rows and for the speedup
+// without a dense16 row).
+std::string format_decode_bench_json(const DecodeBenchResult& result);
+
+}  // namespace turbokv::engine
