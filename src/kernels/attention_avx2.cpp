@@ -151,17 +151,21 @@ void accumulate_rows(const float* w, size_t ld, const Value* values, size_t n, i
   }
 }
 
-// Splits a tile of rows into the instantiated widths 8, 4, 2, 1.
+// Splits a tile of rows into the instantiated widths 8 (if max_width allows), 4, 2, 1.
 template <typename Fn>
-void for_row_pieces(int rows, Fn&& fn) {
+void for_row_pieces(int rows, Fn&& fn, int max_width = 8) {
   int r = 0;
   while (r < rows) {
     const int left = rows - r;
-    const int width = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    const int width = left >= 8 && max_width >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     fn(r, width);
     r += width;
   }
 }
+
+// Dense blocks are cheap to re-read from L1 and convert, so 8 rows run as two passes of 4,
+// which keep two tokens per query load (8 rows x 1 token is bound by the query loads).
+constexpr int kDenseMaxRows = 4;
 
 template <typename Key>
 void dots_dense(const float* q, size_t qs, int rows, const Key* keys, size_t n, int dim,
@@ -175,7 +179,7 @@ void dots_dense(const float* q, size_t qs, int rows, const Key* keys, size_t n, 
       case 2: dots_tile<2, 4>(qr, qs, keys, n, dim, sr, ld); break;
       default: dots_tile<1, 4>(qr, qs, keys, n, dim, sr, ld); break;
     }
-  });
+  }, kDenseMaxRows);
 }
 
 template <typename Value>
@@ -190,7 +194,7 @@ void accumulate_dense(const float* w, size_t ld, int rows, const Value* values, 
       case 2: accumulate_rows<2>(wr, ld, values, n, dim, ar, as); break;
       default: accumulate_rows<1>(wr, ld, values, n, dim, ar, as); break;
     }
-  });
+  }, kDenseMaxRows);
 }
 
 void dots_f16(const float* q, size_t qs, int rows, const uint16_t* keys, size_t n, int dim,
