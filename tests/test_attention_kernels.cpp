@@ -1,0 +1,170 @@
+// Every SIMD kernel table against the scalar table, kernel by kernel, on raw arrays: packed-code
+// dots and accumulation at every width 1-8, odd group sizes (partial last chunk), groups at odd
+// offsets in tight records (no bytes after the codes, so the end-of-record path is taken), every
+// row count 1-8; dense fp16/f32 kernels at odd head dims; the online-softmax step with masks and
+// soft-cap.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention/attention_kernels.hpp"
+#include "turbokv/half.hpp"
+
+namespace {
+
+using turbokv::attn::CodeGroup;
+using turbokv::attn::kBlockTokens;
+using turbokv::attn::KernelTable;
+
+std::vector<const KernelTable*> simd_tables() {
+  std::vector<const KernelTable*> t;
+  if (turbokv::attn::avx2_kernel_table() != nullptr) t.push_back(turbokv::attn::avx2_kernel_table());
+  return t;
+}
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> g;
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+TEST(AttentionKernels, PackedGroupsMatchScalar) {
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(9);
+  for (int bits = 1; bits <= 8; ++bits) {
+    const auto table = random_floats(1u << bits, rng);
+    for (int dims : {5, 13, 40, 64, 67, 128}) {
+      for (size_t offset : {size_t{0}, size_t{3}}) {
+        CodeGroup g;
+        g.bits = bits;
+        g.dims = dims;
+        g.offset = offset;
+        g.table = table.data();
+        // Tight record: the group's packed bytes end the record.
+        const size_t code_size = offset + (static_cast<size_t>(dims) * bits + 7) / 8;
+        turbokv::attn::finish_code_group(g, code_size);
+        for (size_t n : {size_t{1}, size_t{7}, size_t{kBlockTokens}}) {
+          std::vector<uint8_t> records(n * code_size);
+          for (auto& b : records) b = static_cast<uint8_t>(rng());
+          for (int rows = 1; rows <= 8; ++rows) {
+            const size_t stride = g.padded_dims() + 3;
+            auto q = random_floats(rows * stride, rng);
+            for (int r = 0; r < rows; ++r) {
+              for (size_t j = dims; j < stride; ++j) q[r * stride + j] = 0.0f;  // padding
+            }
+            std::vector<float> want(rows * kBlockTokens, 1.0f), w = random_floats(rows * kBlockTokens, rng);
+            std::vector<float> acc_want(rows * stride, 0.5f);
+            scalar.group_dots(q.data(), stride, rows, records.data(), code_size, n, g, want.data(), kBlockTokens, true);
+            scalar.group_accumulate(w.data(), kBlockTokens, rows, records.data(), code_size, n, g, acc_want.data(), stride);
+            for (const KernelTable* k : tables) {
+              std::vector<float> got(rows * kBlockTokens, 1.0f), acc(rows * stride, 0.5f);
+              k->group_dots(q.data(), stride, rows, records.data(), code_size, n, g, got.data(), kBlockTokens, true);
+              k->group_accumulate(w.data(), kBlockTokens, rows, records.data(), code_size, n, g, acc.data(), stride);
+              const std::string what = std::string(k->name) + " bits " + std::to_string(bits) + " dims " +
+                                       std::to_string(dims) + " rows " + std::to_string(rows) + " n " + std::to_string(n);
+              for (int r = 0; r < rows; ++r) {
+                for (size_t t = 0; t < n; ++t) {
+                  ASSERT_NEAR(got[r * kBlockTokens + t], want[r * kBlockTokens + t], 1e-4 * (1 + std::fabs(want[r * kBlockTokens + t]))) << what;
+                }
+                for (int j = 0; j < dims; ++j) {
+                  ASSERT_NEAR(acc[r * stride + j], acc_want[r * stride + j], 1e-4 * (1 + std::fabs(acc_want[r * stride + j]))) << what;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, DenseMatchScalar) {
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(10);
+  for (int dim : {3, 8, 13, 64, 100}) {
+    for (size_t n : {size_t{1}, size_t{5}, size_t{kBlockTokens}}) {
+      const auto kf = random_floats(n * dim, rng);
+      std::vector<uint16_t> kh(kf.size());
+      for (size_t i = 0; i < kf.size(); ++i) kh[i] = turbokv::float_to_half(kf[i]);
+      for (int rows = 1; rows <= 8; ++rows) {
+        const auto q = random_floats(rows * dim, rng);
+        const auto w = random_floats(rows * kBlockTokens, rng);
+        std::vector<float> s16(rows * kBlockTokens), s32(rows * kBlockTokens);
+        std::vector<float> a16(rows * dim, 0.25f), a32(rows * dim, 0.25f);
+        scalar.dots_f16(q.data(), dim, rows, kh.data(), n, dim, s16.data(), kBlockTokens);
+        scalar.dots_f32(q.data(), dim, rows, kf.data(), n, dim, s32.data(), kBlockTokens);
+        scalar.accumulate_f16(w.data(), kBlockTokens, rows, kh.data(), n, dim, a16.data(), dim);
+        scalar.accumulate_f32(w.data(), kBlockTokens, rows, kf.data(), n, dim, a32.data(), dim);
+        for (const KernelTable* k : tables) {
+          std::vector<float> g16(rows * kBlockTokens), g32(rows * kBlockTokens);
+          std::vector<float> b16(rows * dim, 0.25f), b32(rows * dim, 0.25f);
+          k->dots_f16(q.data(), dim, rows, kh.data(), n, dim, g16.data(), kBlockTokens);
+          k->dots_f32(q.data(), dim, rows, kf.data(), n, dim, g32.data(), kBlockTokens);
+          k->accumulate_f16(w.data(), kBlockTokens, rows, kh.data(), n, dim, b16.data(), dim);
+          k->accumulate_f32(w.data(), kBlockTokens, rows, kf.data(), n, dim, b32.data(), dim);
+          const std::string what = std::string(k->name) + " dim " + std::to_string(dim) + " rows " + std::to_string(rows);
+          for (int r = 0; r < rows; ++r) {
+            for (size_t t = 0; t < n; ++t) {
+              ASSERT_NEAR(g16[r * kBlockTokens + t], s16[r * kBlockTokens + t], 1e-4 * (1 + std::fabs(s16[r * kBlockTokens + t]))) << what;
+              ASSERT_NEAR(g32[r * kBlockTokens + t], s32[r * kBlockTokens + t], 1e-4 * (1 + std::fabs(s32[r * kBlockTokens + t]))) << what;
+            }
+          }
+          expect_close(b16, a16, 1e-4, what + " accumulate f16");
+          expect_close(b32, a32, 1e-4, what + " accumulate f32");
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, SoftmaxUpdateMatchesScalar) {
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(11);
+  const int rows = 5;
+  const size_t width = 19;
+  for (float softcap : {0.0f, 5.0f}) {
+    for (size_t n : {size_t{1}, size_t{9}, size_t{kBlockTokens}}) {
+      auto scores = random_floats(rows * kBlockTokens, rng);
+      for (auto& s : scores) s *= 8.0f;
+      const size_t visible[rows] = {n, 0, n / 2, 1, n + 3};
+      std::vector<float> m0 = {-INFINITY, 0.5f, 2.0f, -1.0f, 30.0f}, l0 = {0, 1, 2, 3, 4};
+      const auto acc0 = random_floats(rows * width, rng);
+      std::vector<float> s_want = scores, m_want = m0, l_want = l0, acc_want = acc0;
+      scalar.softmax_update(s_want.data(), kBlockTokens, rows, n, visible, 0.7f, softcap, m_want.data(),
+                            l_want.data(), acc_want.data(), width, width);
+      for (const KernelTable* k : tables) {
+        std::vector<float> s = scores, m = m0, l = l0, acc = acc0;
+        k->softmax_update(s.data(), kBlockTokens, rows, n, visible, 0.7f, softcap, m.data(), l.data(),
+                          acc.data(), width, width);
+        const std::string what = std::string(k->name) + " softcap " + std::to_string(softcap) + " n " + std::to_string(n);
+        for (int r = 0; r < rows; ++r) {
+          EXPECT_NEAR(m[r], m_want[r], 1e-5 * (1 + std::fabs(m_want[r]))) << what;
+          EXPECT_NEAR(l[r], l_want[r], 1e-5 * (1 + l_want[r])) << what;
+          for (size_t t = 0; t < n; ++t) {
+            EXPECT_NEAR(s[r * kBlockTokens + t], s_want[r * kBlockTokens + t], 1e-6) << what << " row " << r;
+          }
+        }
+        expect_close(acc, acc_want, 1e-6, what + " acc");
+      }
+    }
+  }
+}
+
+}  // namespace
