@@ -2,11 +2,14 @@
 // codec checksum verification, TurboQuant-specific broken states, make_prompt_cache and cache
 // config strings.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -161,24 +164,24 @@ TEST(PromptCache, BrokenTurboQuantStatesAreRejected) {
     throw std::runtime_error("no tensor " + name);
   };
   const std::vector<Case> cases = {
-      {"key checksum", [](CacheState& s) { s.metadata["key_checksum"] = "12345"; },
+      {"key checksum", [](CacheState& s) { s.metadata["key_checksum"] = std::string("12345"); },
        "key codec checksum mismatch"},
-      {"value checksum", [](CacheState& s) { s.metadata["value_checksum"] = "1"; },
+      {"value checksum", [](CacheState& s) { s.metadata["value_checksum"] = std::string("1"); },
        "value codec checksum mismatch"},
-      {"other seed", [](CacheState& s) { s.metadata["seed"] = "99"; }, "checksum mismatch"},
-      {"code size", [](CacheState& s) { s.metadata["key_code_size"] = "51"; }, "code sizes"},
-      {"regions", [](CacheState& s) { s.metadata["compressed"] = "15"; }, "!= tokens"},
-      {"window too big", [](CacheState& s) { s.metadata["window_size"] = "5"; }, "out of range"},
+      {"other seed", [](CacheState& s) { s.metadata["seed"] = std::string("99"); }, "checksum mismatch"},
+      {"code size", [](CacheState& s) { s.metadata["key_code_size"] = std::string("51"); }, "code sizes"},
+      {"regions", [](CacheState& s) { s.metadata["compressed"] = std::string("15"); }, "!= tokens"},
+      {"window too big", [](CacheState& s) { s.metadata["window_size"] = std::string("5"); }, "out of range"},
       {"sinks gap",
        [](CacheState& s) {
-         s.metadata["sinks"] = "3";
+         s.metadata["sinks"] = std::string("3");
        },
        "sinks filled but later regions hold tokens"},
-      {"bad bits", [](CacheState& s) { s.metadata["key_bits"] = "2.3"; }, "steps of 0.5"},
-      {"nan bits", [](CacheState& s) { s.metadata["key_bits"] = "nan"; }, "not a number"},
-      {"bad codec", [](CacheState& s) { s.metadata["key_codec"] = "lzma"; }, "'mse' or 'prod'"},
-      {"bad rotation", [](CacheState& s) { s.metadata["rotation"] = "dct"; }, "dct"},
-      {"bad bool", [](CacheState& s) { s.metadata["fp32_norm"] = "yes"; }, "'true' or 'false'"},
+      {"bad bits", [](CacheState& s) { s.metadata["key_bits"] = std::string("2.3"); }, "steps of 0.5"},
+      {"nan bits", [](CacheState& s) { s.metadata["key_bits"] = std::string("nan"); }, "not a number"},
+      {"bad codec", [](CacheState& s) { s.metadata["key_codec"] = std::string("lzma"); }, "'mse' or 'prod'"},
+      {"bad rotation", [](CacheState& s) { s.metadata["rotation"] = std::string("dct"); }, "dct"},
+      {"bad bool", [](CacheState& s) { s.metadata["fp32_norm"] = std::string("yes"); }, "'true' or 'false'"},
       {"missing key", [](CacheState& s) { s.metadata.erase("window"); }, "missing metadata key 'window'"},
       {"codes dtype", [&](CacheState& s) { tensor(s, "key_codes").dtype = "I8"; }, "expected U8"},
       {"codes shape",
@@ -256,6 +259,60 @@ TEST(PromptCache, CacheConfigStrings) {
   EXPECT_THROW(parse_cache_config("dense:dtype=f8"), Error);
   EXPECT_THROW(parse_cache_config("turboquant:window"), Error);
   EXPECT_THROW(parse_cache_config(":bits=3"), Error);
+}
+
+// Runs a command, returns its exit status and combined output.
+int run_command(const std::string& command, std::string* output) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(CacheCli, BenchSavesAFileThatInfoDescribes) {
+  const std::string tool = TURBOKV_TOOL_PATH;
+  if (tool.empty() || !std::filesystem::exists(tool)) GTEST_SKIP() << "turbokv tool not built";
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("turbokv_test_cli_" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
+  std::string out;
+  ASSERT_EQ(0, run_command(tool + " cache-bench --head-dim 64 --kv-heads 2 --tokens 300 "
+                                  "--key-bits 3 --value-bits 3 --reps 1 --json --save " + path,
+                           &out)) << out;
+  const auto bench = nlohmann::json::parse(out);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : bench.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"append_tokens_per_s", "bytes_per_token",
+                                            "compression_vs_fp16", "fetch_tokens_per_s",
+                                            "fp16_bytes_per_token", "head_dim", "key_bits",
+                                            "kv_heads", "load_ms", "save_ms", "tokens",
+                                            "value_bits"}));
+  EXPECT_EQ(bench["bytes_per_token"].get<double>(), 2 * (26 + 26));  // 64 dims at 3 bits + norm
+  EXPECT_EQ(bench["fp16_bytes_per_token"].get<double>(), 2 * 64 * 2 * 2);
+  EXPECT_NEAR(bench["compression_vs_fp16"].get<double>(), 512.0 / 104, 1e-9);
+
+  out.clear();
+  ASSERT_EQ(0, run_command(tool + " cache-info --json " + path, &out)) << out;
+  const auto info = nlohmann::json::parse(out);
+  EXPECT_EQ(info["n_layers"], 1);
+  EXPECT_EQ(info["tokens"], 300);
+  EXPECT_EQ(info["layers"][0]["class"], "turboquant");
+  EXPECT_EQ(info["layers"][0]["metadata"]["key_bits"], "3");
+  EXPECT_EQ(info["nbytes"], 300 * 104);
+  out.clear();
+  EXPECT_EQ(0, run_command(tool + " cache-info " + path, &out)) << out;
+  EXPECT_NE(out.find("turboquant"), std::string::npos) << out;
+
+  // A truncated copy: non-zero exit with the error's message.
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 10);
+  out.clear();
+  EXPECT_EQ(1, run_command(tool + " cache-info " + path, &out));
+  EXPECT_NE(out.find("out of range"), std::string::npos) << out;
+  std::remove(path.c_str());
 }
 
 }  // namespace
