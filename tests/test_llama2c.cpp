@@ -40,7 +40,7 @@ std::string write_checkpoint(const std::string& name, const Header& h, const std
   const auto path = (std::filesystem::temp_directory_path() / ("turbokv_test_llama2c_" + name)).string();
   std::string bytes(sizeof(Header) + body.size() * 4, '\0');
   std::memcpy(bytes.data(), &h, sizeof(Header));
-  std::memcpy(bytes.data() + sizeof(Header), body.data(), body.size() * 4);
+  if (!body.empty()) std::memcpy(bytes.data() + sizeof(Header), body.data(), body.size() * 4);
   bytes.resize(bytes.size() - cut_bytes);
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;
