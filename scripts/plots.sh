@@ -22,11 +22,15 @@ DATA=${DATA:-docs/data}
 mkdir -p "$DATA"
 
 # The configurations of the quality tables (docs/benchmarks.md, "Quality: turbokv eval").
-EVAL_KV="dense16,tq8,tq4,tq3.5,tq3,tq2.5,tq2,k4v2,k4v3,k3v2,prod3,prod4,tq3w64,tq4w64,tq3s4,tq4-f32n,tq4-nc,tq3-nc,q8_0,q4_0,q8_0h,q4_0h,kivi2,kivi4,affine4,affine8"
+EVAL_KV="dense16,tq8,tq4,tq3.5,tq3,tq2.5,tq2,k4v2,k4v3,k3v2,prod3,prod4,tq3w64,tq4w64,tq3s4,tq4-f32n,tq8-f32n,tq4-nc,tq3.5-nc,tq3-nc,tq2.5-nc,tq2-nc,k4v3-nc,q8_0,q4_0,q8_0h,q4_0h,kivi2,kivi4,affine4,affine8"
+# kjv only (saved separately as eval_kjv_extra.json, same text and token count): 2-bit affine,
+# KIVI-2 without its fp16 residual.
+EVAL_KV_EXTRA="affine2,kivi2r0"
+KJV_TOKENS=8160   # 32 windows of 255 text tokens: ~12 min for all configurations on the loaded 2-core machine
 DECODE_KV="dense16,tq4,tq3"
 DECODE_CONTEXTS="4096,8192,16384,32768"
 ATTENTION_CONTEXTS="1024 4096 16384 32768"
-ATTENTION_WIDTHS="2 3 4"
+ATTENTION_WIDTHS="2 3 4 8"
 
 run_eval=0 run_decode=0 run_attention=0
 for arg in "$@"; do
@@ -44,9 +48,12 @@ if (( run_eval + run_decode + run_attention > 0 )) && [[ ! -x "$TURBOKV" ]]; the
 fi
 
 if (( run_eval )); then
-  "$TURBOKV" eval --model "$MODELS/kjv-llama-3M.bin" --text "$MODELS/kjv-revelation.txt" \
+  "$TURBOKV" eval --model "$MODELS/kjv-llama-3M.bin" --text "$MODELS/kjv-revelation.txt" --max-tokens "$KJV_TOKENS" \
     --kv "$EVAL_KV" --threads "$THREADS" --json > "$DATA/eval_kjv.json.tmp"
   mv "$DATA/eval_kjv.json.tmp" "$DATA/eval_kjv.json"
+  "$TURBOKV" eval --model "$MODELS/kjv-llama-3M.bin" --text "$MODELS/kjv-revelation.txt" --max-tokens "$KJV_TOKENS" \
+    --kv "$EVAL_KV_EXTRA" --threads "$THREADS" --json > "$DATA/eval_kjv_extra.json.tmp"
+  mv "$DATA/eval_kjv_extra.json.tmp" "$DATA/eval_kjv_extra.json"
   "$TURBOKV" eval --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.bin" --text "$FORTUNES" \
     --kv "$EVAL_KV" --threads "$THREADS" --json > "$DATA/eval_stories.json.tmp"
   mv "$DATA/eval_stories.json.tmp" "$DATA/eval_stories.json"
@@ -83,6 +90,7 @@ model_title() {
 }
 if [[ -f "$DATA/eval_kjv.json" && -f "$DATA/eval_stories.json" ]]; then
   eval_tsv "$DATA/eval_kjv.json" > "$tmp/kjv.tsv"
+  [[ -f "$DATA/eval_kjv_extra.json" ]] && eval_tsv "$DATA/eval_kjv_extra.json" >> "$tmp/kjv.tsv"
   eval_tsv "$DATA/eval_stories.json" > "$tmp/stories.tsv"
   gnuplot -e "left='$tmp/kjv.tsv'; left_title='$(model_title "$DATA/eval_kjv.json") (head_dim 64), Revelation (held out)'; \
               right='$tmp/stories.tsv'; right_title='$(model_title "$DATA/eval_stories.json") (head_dim 8), fortunes kids'; \
@@ -94,9 +102,13 @@ fi
 
 decode_json="$DATA/decode_llama-3.2-1b_q8_0.json"
 if [[ -f "$decode_json" ]]; then
-  jq -r '.rows[] | select(.tokens_per_s != null) | [.config, .context, .tokens_per_s, .kv_bytes] | @tsv' \
-    "$decode_json" > "$tmp/decode.tsv"
   configs=$(jq -r '[.rows[].config] | unique | join(" ")' "$decode_json")
+  # One data block per configuration (gnuplot "index"), two blank lines apart.
+  for c in $configs; do
+    jq -r --arg c "$c" '.rows[] | select(.config == $c and .tokens_per_s != null)
+                        | [.config, .context, .tokens_per_s, .kv_bytes] | @tsv' "$decode_json"
+    printf '\n\n'
+  done > "$tmp/decode.tsv"
   gnuplot -e "data='$tmp/decode.tsv'; configs='$configs'; \
               model_title='decode, $(jq -r .model "$decode_json") (random weights, real shape), caches of synthetic K/V'; \
               out='docs/decode_speed.png'" scripts/decode_speed.gp
@@ -106,10 +118,12 @@ else
 fi
 
 if [[ -f "$DATA/attention_bench.jsonl" ]]; then
-  jq -r '[(.key_bits | tostring), .context, .fp16_ms, .dequant_ms, .fused_ms] | @tsv' \
+  # CPU time / threads when the bench gives it (the wall clock of a loaded machine measures the
+  # scheduler; see the fused-attention section of docs/benchmarks.md), else wall time.
+  jq -r '(.cpu // .) as $t | [(.key_bits | tostring), .context, $t.fp16_ms, $t.dequant_ms, $t.fused_ms] | @tsv' \
     "$DATA/attention_bench.jsonl" > "$tmp/attention.tsv"
   widths=$(jq -rs '[.[].key_bits | tostring] | unique | join(" ")' "$DATA/attention_bench.jsonl")
-  shape=$(jq -rs '.[0] | "head_dim \(.head_dim), \(.q_heads) query / \(.kv_heads) KV heads, \(.threads) threads"' \
+  shape=$(jq -rs '.[0] | "head_dim \(.head_dim), \(.q_heads) query / \(.kv_heads) KV heads, \(.threads) threads, \(if .cpu then "CPU time / threads" else "wall time" end)"' \
     "$DATA/attention_bench.jsonl")
   gnuplot -e "data='$tmp/attention.tsv'; widths='$widths'; shape_title='decode attention, $shape'; \
               out='docs/attention_speed.png'" scripts/attention_speed.gp

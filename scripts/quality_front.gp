@@ -11,7 +11,8 @@ set format y "%.0e"
 set grid xtics ytics mytics lc rgb "#dddddd"
 set xlabel "bits per stored value (everything the cache holds)"
 set ylabel "mean KL(dense fp32 || config), nats per token"
-set key top right
+set key bottom left
+set xrange [*:17.5]
 fam(f, want) = (f == want) ? 1 : 0
 do for [panel = 1:2] {
   file = panel == 1 ? left : right
