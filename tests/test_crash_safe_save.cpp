@@ -286,7 +286,7 @@ TEST_F(CrashSafeSave, FileSizeLimitInAChildKeepsThePreviousFile) {
 }
 
 TEST_F(CrashSafeSave, KilledMidSaveLeavesOldOrNewFileNeverATornOne) {
-  // A large save (~16 MiB), killed with SIGKILL at random points of it.
+  // A large save (32 MiB), killed with SIGKILL at random points of it.
   const PromptCache big = make_cache("dense32", 4, 8, 128, 1024, 3);
   const std::vector<uint8_t> big_bytes = serialize_prompt_cache(big);
   auto save_in_child = [&]() {
