@@ -150,6 +150,16 @@ TEST(GgmlBlocks, ByteLayoutMatchesGgml) {
   EXPECT_EQ(static_cast<int8_t>(q8[2]), -127);       // x = -16
   EXPECT_EQ(static_cast<int8_t>(q8[2 + 16]), 0);     // x = 0
   EXPECT_EQ(static_cast<int8_t>(q8[2 + 31]), 119);   // round(15 * 127 / 16) = round(119.06)
+  // Blocks so small that 1 / d overflows decode to zero (no undefined float -> int conversion).
+  float tiny[32];
+  for (int j = 0; j < 32; ++j) tiny[j] = (j % 2 ? 1e-39f : -2e-39f);
+  float back_tiny[32];
+  quantize_row_q4_0(tiny, 32, q4);
+  dequantize_row_q4_0(q4, 32, back_tiny);
+  for (float b : back_tiny) EXPECT_EQ(b, 0.0f);
+  quantize_row_q8_0(tiny, 32, q8);
+  dequantize_row_q8_0(q8, 32, back_tiny);
+  for (float b : back_tiny) EXPECT_EQ(b, 0.0f);
   float zeros[32] = {};
   quantize_row_q4_0(zeros, 32, q4);
   float back[32];

@@ -12,6 +12,17 @@
 
 namespace turbokv {
 
+namespace {
+
+// 1 / d, or 0 where ggml's would be 0 or overflow (|d| below ~3e-39): such blocks decode to 0
+// anyway, since their fp16 scale is 0, and this keeps the float -> int conversions defined.
+float inverse_scale(float d) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  return std::isfinite(id) ? id : 0.0f;
+}
+
+}  // namespace
+
 void quantize_row_q8_0(const float* x, size_t n, uint8_t* out) {
   TURBOKV_CHECK(n % kGgmlBlockValues == 0, "quantize_row_q8_0: n = {} is not a multiple of 32", n);
   for (size_t b = 0; b < n / kGgmlBlockValues; ++b) {
@@ -20,7 +31,7 @@ void quantize_row_q8_0(const float* x, size_t n, uint8_t* out) {
     float amax = 0.0f;
     for (int j = 0; j < kGgmlBlockValues; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = inverse_scale(d);
     baseline::store_half(block, d);
     for (int j = 0; j < kGgmlBlockValues; ++j) {
       const auto q = static_cast<int8_t>(std::lround(xb[j] * id));
@@ -57,7 +68,7 @@ void quantize_row_q4_0(const float* x, size_t n, uint8_t* out) {
       }
     }
     const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = inverse_scale(d);
     baseline::store_half(block, d);
     for (int j = 0; j < half; ++j) {
       // x * id lies in [-8, 8]; + 8.5 then truncation rounds half up, as ggml's (int8_t) cast.

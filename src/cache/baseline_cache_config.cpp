@@ -1,4 +1,5 @@
 // Configuration names (cache_config.hpp) and the maker of the baseline cache classes.
+#include <cctype>
 #include <charconv>
 #include <cmath>
 
