@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <memory>
 
 #include "engine/forward.hpp"
@@ -26,8 +27,14 @@ struct Entry {
   DecodeBenchRow row;
   PromptCache cache;
   std::vector<KVCache*> layers;
-  std::vector<double> step_seconds;
+  std::vector<double> wall_seconds, cpu_seconds;
 };
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // Appends `n` tokens of `block` (head-major [kv_heads][block_tokens][head_dim]) to every layer.
 void append_prefix(const SyntheticKV& block, size_t n, std::vector<KVCache*>& layers, std::vector<float>& k,
@@ -75,6 +82,7 @@ DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions&
   result.weights = model.weight_type_summary();
   result.weight_bytes = model.weight_bytes();
   result.threads = pool.size();
+  result.cpu_time = options.cpu_time;
 
   Forward forward(model, pool, 1);
   const int token = std::min(1000, mc.vocab_size - 1);
@@ -118,20 +126,28 @@ DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions&
     for (int s = 0; s < options.warmup + options.steps; ++s) {
       for (auto& e : entries) {
         if (!e->row.applicable) continue;
+        const double c0 = process_cpu_seconds();
         const auto t0 = std::chrono::steady_clock::now();
         (void)forward.run(one, e->layers);
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (s >= options.warmup) e->step_seconds.push_back(dt);
+        const double dc = (process_cpu_seconds() - c0) / pool.size();
+        if (s >= options.warmup) {
+          e->wall_seconds.push_back(dt);
+          e->cpu_seconds.push_back(dc);
+        }
       }
     }
 
     const DecodeBenchRow* dense = nullptr;
     for (auto& e : entries) {
       if (!e->row.applicable) continue;
-      const double med = median(e->step_seconds);
+      const std::vector<double>& times = options.cpu_time ? e->cpu_seconds : e->wall_seconds;
+      const double med = median(times);
       double mean = 0.0;
-      for (const double t : e->step_seconds) mean += t;
-      mean /= static_cast<double>(e->step_seconds.size());
+      for (const double t : times) mean += t;
+      mean /= static_cast<double>(times.size());
+      e->row.wall_ms_median = 1e3 * median(e->wall_seconds);
+      e->row.cpu_ms_median = 1e3 * median(e->cpu_seconds);
       e->row.ms_per_token_median = 1e3 * med;
       e->row.ms_per_token_mean = 1e3 * mean;
       e->row.tokens_per_s = med > 0 ? 1.0 / med : 0.0;
@@ -149,10 +165,12 @@ DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions&
 }
 
 std::string format_decode_bench_table(const DecodeBenchResult& r) {
-  std::string out = fmt::format("model {} ({} weights, {:.2f} GB), {} threads; speed = 1 / median step time\n",
-                                r.model, r.weights, r.weight_bytes / 1e9, r.threads);
-  out += fmt::format("{:<12} {:>8} {:>10} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "config", "context", "tokens/s",
-                     "ms/tok med", "ms/tok avg", "KV bytes", "KV ratio", "speedup", "fill s");
+  std::string out = fmt::format(
+      "model {} ({} weights, {:.2f} GB), {} threads; speed = 1 / median step {}\n", r.model, r.weights,
+      r.weight_bytes / 1e9, r.threads, r.cpu_time ? "CPU time / threads" : "wall time");
+  out += fmt::format("{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "config",
+                     "context", "tokens/s", "ms/tok med", "ms/tok avg", "wall med", "cpu/thr med", "KV bytes",
+                     "KV ratio", "speedup", "fill s");
   for (const DecodeBenchRow& row : r.rows) {
     if (!row.applicable) {
       out += fmt::format("{:<12} {:>8} n/a: {}\n", row.config, row.context, row.problem);
@@ -160,9 +178,9 @@ std::string format_decode_bench_table(const DecodeBenchResult& r) {
     }
     const std::string ratio = row.kv_bytes_vs_dense16 > 0 ? fmt::format("{:.3f}", row.kv_bytes_vs_dense16) : "-";
     const std::string speedup = row.speedup_vs_dense16 > 0 ? fmt::format("{:.2f}x", row.speedup_vs_dense16) : "-";
-    out += fmt::format("{:<12} {:>8} {:>10.2f} {:>10.2f} {:>10.2f} {:>12} {:>9} {:>9} {:>8.1f}\n", row.config,
-                       row.context, row.tokens_per_s, row.ms_per_token_median, row.ms_per_token_mean, row.kv_bytes,
-                       ratio, speedup, row.fill_seconds);
+    out += fmt::format("{:<12} {:>8} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>12} {:>9} {:>9} {:>8.1f}\n",
+                       row.config, row.context, row.tokens_per_s, row.ms_per_token_median, row.ms_per_token_mean,
+                       row.wall_ms_median, row.cpu_ms_median, row.kv_bytes, ratio, speedup, row.fill_seconds);
   }
   return out;
 }

@@ -20,6 +20,7 @@ struct DecodeBenchArgs {
   int warmup = 1;
   int threads = 0;
   bool json = false;
+  bool cpu_time = false;
   bool quiet = false;
 };
 
@@ -63,6 +64,8 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--warmup", args->warmup, "untimed steps first (default 1)")->check(CLI::Range(0, 1000));
   app.add_option("--threads", args->threads, "worker threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_flag("--cpu-time", args->cpu_time,
+               "time steps by process CPU time / threads instead of wall clock (a machine shared with other jobs)");
   app.add_flag("--json", args->json, "print one JSON object on stdout");
   app.add_flag("--quiet", args->quiet, "no progress lines on stderr");
   return [args] {
@@ -74,6 +77,7 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
     options.configs = parse_kv_config_list(args->kv);
     options.steps = args->steps;
     options.warmup = args->warmup;
+    options.cpu_time = args->cpu_time;
     if (!args->quiet) {
       options.progress = [](const std::string& s) {
         fmt::print(stderr, "decode-bench: {}\n", s);
