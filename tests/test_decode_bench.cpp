@@ -178,6 +178,26 @@ TEST(DecodeBench, RowsBytesAndJson) {
   EXPECT_NE(format_decode_bench_table(r).find("n/a"), std::string::npos);
 }
 
+TEST(DecodeBench, CpuTimeClockIsRecordedAndSelectable) {
+  ThreadPool pool(2);
+  const Model m = make_synthetic_model(tiny_config(), GgmlType::Q8_0, pool);
+  DecodeBenchOptions o;
+  o.contexts = {32};
+  o.configs = parse_kv_config_list("dense16,tq3");
+  o.steps = 3;
+  o.cpu_time = true;
+  const DecodeBenchResult r = run_decode_bench(m, o, pool);
+  EXPECT_TRUE(r.cpu_time);
+  ASSERT_EQ(r.rows.size(), 2u);
+  for (const DecodeBenchRow& row : r.rows) {
+    EXPECT_GT(row.cpu_ms_median, 0.0);
+    EXPECT_GT(row.wall_ms_median, 0.0);
+    EXPECT_DOUBLE_EQ(row.ms_per_token_median, row.cpu_ms_median);
+    EXPECT_NEAR(row.tokens_per_s, 1e3 / row.cpu_ms_median, 1e-9 * row.tokens_per_s);
+  }
+  EXPECT_NE(format_decode_bench_table(r).find("CPU time / threads"), std::string::npos);
+}
+
 TEST(DecodeBench, BadOptionsThrow) {
   ThreadPool pool(1);
   const Model m = make_synthetic_model(tiny_config(), GgmlType::F32, pool);
