@@ -26,7 +26,7 @@ std::vector<float> random_tensor(size_t n, uint32_t seed) {
 std::vector<float> slice_tokens(const std::vector<float>& x, int heads, size_t n, int dim,
                                 size_t first, size_t count) {
   std::vector<float> out(static_cast<size_t>(heads) * count * dim);
-  for (int h = 0; h < heads; ++h) {
+  for (int h = 0; h < heads && count > 0; ++h) {
     std::memcpy(out.data() + h * count * dim, x.data() + (h * n + first) * dim,
                 count * dim * sizeof(float));
   }

@@ -29,7 +29,7 @@ std::vector<float> random_tensor(size_t n, uint32_t seed, float scale = 1.0f) {
 std::vector<float> slice_tokens(const std::vector<float>& x, int heads, size_t n, int dim,
                                 size_t first, size_t count) {
   std::vector<float> out(static_cast<size_t>(heads) * count * dim);
-  for (int h = 0; h < heads; ++h) {
+  for (int h = 0; h < heads && count > 0; ++h) {
     std::memcpy(out.data() + h * count * dim, x.data() + (h * n + first) * dim,
                 count * dim * sizeof(float));
   }
@@ -57,8 +57,8 @@ void expect_identical(const KVCache& a, const KVCache& b) {
     EXPECT_TRUE(sa.tensors[i].data == sb.tensors[i].data) << sa.tensors[i].name;
   }
   const Fetched fa = fetch_all(a), fb = fetch_all(b);
-  EXPECT_EQ(0, std::memcmp(fa.keys.data(), fb.keys.data(), fa.keys.size() * 4));
-  EXPECT_EQ(0, std::memcmp(fa.values.data(), fb.values.data(), fa.values.size() * 4));
+  EXPECT_TRUE(fa.keys.empty() || std::memcmp(fa.keys.data(), fb.keys.data(), fa.keys.size() * 4) == 0);
+  EXPECT_TRUE(fa.values.empty() || std::memcmp(fa.values.data(), fb.values.data(), fa.values.size() * 4) == 0);
 }
 
 TurboQuantCacheOptions opts(double kb, double vb, size_t window = 0, size_t sinks = 0,

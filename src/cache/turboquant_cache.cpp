@@ -281,7 +281,7 @@ void TurboQuantKVCache::append_checked(const float* keys, const float* values, s
   size_t first = 0;
   // Sinks: the first options.sinks tokens ever appended (if a trim reached into the sinks, the
   // other regions are empty, so the next tokens are sinks again).
-  if (n_sinks_ < options_.sinks) {
+  if (n_sinks_ < options_.sinks && n_tokens > 0) {
     const size_t m = std::min(options_.sinks - n_sinks_, n_tokens);
     for (int h = 0; h < kv_heads_; ++h) {
       std::memcpy(sink_ptr(false, h) + n_sinks_ * d, keys + h * head_stride,
