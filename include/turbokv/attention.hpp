@@ -29,8 +29,10 @@ struct AttentionRequest {
   AttentionOptions options;
 };
 
-// Validates the request against the cache (shapes, empty cache, GQA ratio) and dispatches to
-// the cache's own kernel. Throws turbokv::Error on bad input.
+// Validates the request against the cache (shapes, empty cache, GQA ratio), then runs the fast
+// path for the cache's class: the SIMD dense kernel for DenseKVCache, the fused packed-code
+// kernel for TurboQuantKVCache, and KVCache::attend() (dequantize-then-attend by default) for
+// any other class. Throws turbokv::Error on bad input.
 void attend(std::span<const float> queries, int n_q_heads, int n_queries, const KVCache& cache,
             std::span<float> out, const AttentionOptions& options = {});
 
