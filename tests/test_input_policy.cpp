@@ -238,7 +238,9 @@ TEST(InputPolicy, UnsupportedShapesAreRejected) {
   }
   // Baselines that do not fit a head row are "not applicable", a turbokv::Error subtype.
   EXPECT_THROW(make_kv_cache("q8_0", 2, 48), NotApplicableError);
-  EXPECT_THROW(make_kv_cache("q4_0h", 2, 96), NotApplicableError);  // Hadamard needs 2^k
+  EXPECT_THROW(make_kv_cache("q4_0h", 2, 80), NotApplicableError);  // 80: no 32-value blocks
+  // 96 = 3 * 32 fits the blocks, and the randomized Hadamard rotation covers it (H_32 (x) Q_3).
+  EXPECT_NO_THROW(make_kv_cache("q4_0h", 2, 96));
   EXPECT_THROW(make_kv_cache("affine4", 2, 32), NotApplicableError);
   EXPECT_THROW(DenseKVCache(2, 64, DenseDtype::f16, 0), Error);
   TurboQuantCacheOptions zero_pages;
