@@ -13,6 +13,7 @@ namespace turbokv {
 namespace {
 
 constexpr size_t kMaxExactTokens = size_t{1} << 24;  // cap on options.window / options.sinks
+constexpr size_t kMaxSinkBytes = size_t{256} << 20;  // cap on the up-front sink buffers
 
 bool valid_bits(double bits) {
   return bits >= 1 && bits <= 8 && std::floor(bits * 2) == bits * 2;
@@ -81,6 +82,13 @@ TurboQuantKVCache::TurboQuantKVCache(int kv_heads, int head_dim,
   value_mse_ = std::make_unique<TurboQuantMse>(value_options);
   value_code_size_ = value_mse_->code_size();
 
+  // The sink buffers are allocated up front ([kv_heads][sinks][head_dim] for keys and values),
+  // so their size is bounded before allocating: a file's metadata must not be able to request
+  // gigabytes (2^24 sinks of 64 heads x 128 would be 512 GiB).
+  const size_t sink_bytes_per_token = 2 * sizeof(float) * static_cast<size_t>(kv_heads) * head_dim;
+  TURBOKV_CHECK(options.sinks <= kMaxSinkBytes / sink_bytes_per_token,
+                "TurboQuantKVCache: {} sinks of {} kv heads x {} would take more than {} MiB of "
+                "exact storage", options.sinks, kv_heads, head_dim, kMaxSinkBytes >> 20);
   for (auto& buf : sink_buf_) buf.resize(static_cast<size_t>(kv_heads) * options.sinks * head_dim);
 }
 
