@@ -3,6 +3,7 @@
 #   1. build-asan: the whole tree with -DTURBOKV_SANITIZE=address,undefined at -O1, then ctest;
 #   2. build-tsan: -DTURBOKV_SANITIZE=thread, the concurrency tests only (test_concurrency,
 #      test_thread_pool), run directly;
+#      (skipped with TURBOKV_CI_TSAN=0);
 #   3. unless TURBOKV_CI_FUZZ_SECONDS=0: every fuzz target for TURBOKV_CI_FUZZ_SECONDS (default 20)
 #      seconds from its seed corpus (scripts/ci-fuzz.sh; needs clang-14 + libclang-rt-14-dev).
 # Exit status non-zero if any build, test or fuzz run fails. Environment: TURBOKV_CI_JOBS (build
@@ -25,6 +26,9 @@ UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 echo "== ASan+UBSan done after $((SECONDS - start)) s"
 
+if [[ "${TURBOKV_CI_TSAN:-1}" == 0 ]]; then
+  echo "== TSan skipped (TURBOKV_CI_TSAN=0)"
+else
 echo "== TSan: build-tsan (concurrency tests)"
 cmake -S . -B build-tsan "${generator[@]}" "${common[@]}" -DTURBOKV_SANITIZE=thread \
   -DTURBOKV_BUILD_TOOLS=OFF >/dev/null
@@ -39,6 +43,7 @@ for t in test_concurrency test_thread_pool; do
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} "${tsan_run[@]}" "build-tsan/tests/$t"
 done
 echo "== TSan done after $((SECONDS - start)) s"
+fi
 
 if [[ "${TURBOKV_CI_FUZZ_SECONDS:-20}" != 0 ]]; then
   scripts/ci-fuzz.sh "${TURBOKV_CI_FUZZ_SECONDS:-20}"
