@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds turbokv in build/ (Release). Extra arguments go to cmake's configure step.
+# Uses Ninja when it is installed (scripts/setup.sh installs it), else Make.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
+generator=()
+if command -v ninja >/dev/null && [[ ! -f build/CMakeCache.txt ]]; then generator=(-G Ninja); fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${generator[@]}" "$@"
 cmake --build build -j"$(nproc)"
