@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attention/attention_kernels.hpp"
@@ -75,7 +76,42 @@ void BM_Packed(benchmark::State& state) {
   state.SetLabel(k.name);
 }
 
+// The two halves of BM_Packed apart (avx2 table): scores, then value accumulation.
+void BM_PackedPart(benchmark::State& state) {
+  const KernelTable* avx2 = turbokv::attn::avx2_kernel_table();
+  const KernelTable& k = avx2 != nullptr ? *avx2 : turbokv::attn::scalar_kernel_table();
+  const int bits = static_cast<int>(state.range(0));
+  const bool dots = state.range(1) == 0;
+  const size_t code_size = static_cast<size_t>(kDim) * bits / 8 + 2;
+  std::vector<uint8_t> records(kBlockTokens * code_size);
+  turbokv::SplitMix64 rng(3);
+  for (auto& b : records) b = static_cast<uint8_t>(rng.next());
+  const auto table = random_floats(256, 4);
+  CodeGroup g;
+  g.bits = bits;
+  g.dims = kDim;
+  g.offset = 0;
+  g.table = table.data();
+  turbokv::attn::finish_code_group(g, code_size);
+  const auto q = random_floats(kRows * kDim, 5);
+  std::vector<float> scores(kRows * kBlockTokens, 0.01f), acc(kRows * kDim);
+  for (auto _ : state) {
+    if (dots) {
+      k.group_dots(q.data(), kDim, kRows, records.data(), code_size, kBlockTokens, g, scores.data(),
+                   kBlockTokens, false);
+      benchmark::DoNotOptimize(scores.data());
+    } else {
+      k.group_accumulate(scores.data(), kBlockTokens, kRows, records.data(), code_size, kBlockTokens,
+                         g, acc.data(), kDim);
+      benchmark::DoNotOptimize(acc.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBlockTokens);
+  state.SetLabel(std::string(k.name) + (dots ? " dots" : " accumulate"));
+}
+
 BENCHMARK(BM_DenseF16)->Args({0, 0})->Args({0, 1});
 BENCHMARK(BM_Packed)->ArgsProduct({{1, 2, 3, 4, 5, 8}, {0, 1}});
 
 }  // namespace
+BENCHMARK(BM_PackedPart)->ArgsProduct({{2, 3, 4, 8}, {0, 1}});

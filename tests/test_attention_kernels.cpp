@@ -46,7 +46,7 @@ TEST(AttentionKernels, PackedGroupsMatchScalar) {
   std::mt19937 rng(9);
   for (int bits = 1; bits <= 8; ++bits) {
     const auto table = random_floats(1u << bits, rng);
-    for (int dims : {5, 13, 40, 64, 67, 128}) {
+    for (int dims : {5, 13, 40, 64, 67, 80, 100, 128}) {
       for (size_t offset : {size_t{0}, size_t{3}}) {
         CodeGroup g;
         g.bits = bits;
@@ -70,9 +70,24 @@ TEST(AttentionKernels, PackedGroupsMatchScalar) {
             scalar.group_dots(q.data(), stride, rows, records.data(), code_size, n, g, want.data(), kBlockTokens, true);
             scalar.group_accumulate(w.data(), kBlockTokens, rows, records.data(), code_size, n, g, acc_want.data(), stride);
             for (const KernelTable* k : tables) {
-              std::vector<float> got(rows * kBlockTokens, 1.0f), acc(rows * stride, 0.5f);
-              k->group_dots(q.data(), stride, rows, records.data(), code_size, n, g, got.data(), kBlockTokens, true);
-              k->group_accumulate(w.data(), kBlockTokens, rows, records.data(), code_size, n, g, acc.data(), stride);
+              // A table may keep 4-bit groups in its own chunk order: permute the query rows in
+              // and the accumulators back out, as the attention source does.
+              const uint8_t* order = bits == 4 ? k->chunk_order4 : nullptr;
+              const auto position = [&](int j) { return order != nullptr ? j / 8 * 8 + order[j % 8] : j; };
+              std::vector<float> qk(q.size(), 0.0f);
+              for (int r = 0; r < rows; ++r) {
+                for (int j = 0; j < g.padded_dims(); ++j) {
+                  if (position(j) < dims) qk[r * stride + j] = q[r * stride + position(j)];
+                }
+              }
+              std::vector<float> got(rows * kBlockTokens, 1.0f), acc_k(rows * stride, 0.5f), acc(rows * stride, 0.5f);
+              k->group_dots(qk.data(), stride, rows, records.data(), code_size, n, g, got.data(), kBlockTokens, true);
+              k->group_accumulate(w.data(), kBlockTokens, rows, records.data(), code_size, n, g, acc_k.data(), stride);
+              for (int r = 0; r < rows; ++r) {
+                for (int j = 0; j < g.padded_dims(); ++j) {
+                  if (position(j) < dims) acc[r * stride + position(j)] = acc_k[r * stride + j];
+                }
+              }
               const std::string what = std::string(k->name) + " bits " + std::to_string(bits) + " dims " +
                                        std::to_string(dims) + " rows " + std::to_string(rows) + " n " + std::to_string(n);
               for (int r = 0; r < rows; ++r) {

@@ -94,4 +94,12 @@ void scatter_output_rows(const float* rows, size_t width, size_t offset, int kv_
 
 float effective_scale(const AttentionOptions& options, int head_dim);
 
+// Starts loading [p, p + bytes) into L1. Packed sources prefetch a block's value records while
+// its scores are computed: otherwise the first read of each value record (its norm) waits on
+// memory.
+inline void prefetch_bytes(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 0, 3);
+}
+
 }  // namespace turbokv::attn

@@ -68,6 +68,11 @@ struct KernelTable {
   void (*softmax_update)(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
                          float scale, float softcap, float* m, float* l, float* acc,
                          size_t acc_stride, size_t acc_width);
+  // Layout of 4-bit code groups in prepared query rows and value accumulators: nullptr for
+  // coordinate order; otherwise position p of every chunk of 8 holds coordinate
+  // chunk_order4[p] of that chunk (the order a table's fast decode produces; see
+  // attention_avx2.cpp). Sources permute queries in and un-permute accumulators out.
+  const uint8_t* chunk_order4;
 };
 
 const KernelTable& scalar_kernel_table();

@@ -62,7 +62,8 @@ int describe_groups(const CodeLayout& layout, const LloydMaxCodebook& hi,
 
 class TurboQuantSource : public BlockSource {
  public:
-  explicit TurboQuantSource(const TurboQuantKVCache& cache) : cache_(cache), dim_(cache.head_dim()) {
+  TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels)
+      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4) {
     const TurboQuantMse* mse = cache.key_mse();
     const TurboQuantProd* prod = cache.key_prod();
     key_layout_ = prod != nullptr ? prod->layout() : mse->layout();
@@ -117,8 +118,13 @@ class TurboQuantSource : public BlockSource {
       const float* y = rotated.data() + i * dim_;
       int first = 0;
       for (int g = 0; g < n_key_groups_; ++g) {
-        std::copy(y + first, y + first + key_groups_[g].dims, row + q_offset_[g]);
-        first += key_groups_[g].dims;
+        const CodeGroup& group = key_groups_[g];
+        const uint8_t* order = chunk_order(group);
+        for (int j = 0; j < group.dims || (order != nullptr && j < group.padded_dims()); ++j) {
+          const int source = order != nullptr ? j / 8 * 8 + order[j % 8] : j;
+          if (source < group.dims) row[q_offset_[g] + j] = y[first + source];
+        }
+        first += group.dims;
       }
       if (qjl_) std::copy(projected.data() + i * dim_, projected.data() + (i + 1) * dim_, row + q_qjl_);
       std::copy(q + i * dim_, q + (i + 1) * dim_, row + q_orig_);
@@ -132,9 +138,13 @@ class TurboQuantSource : public BlockSource {
       const float* a = acc_rows + i * acc_width_;
       int first = 0;
       for (int g = 0; g < n_value_groups_; ++g) {
-        std::copy(a + acc_offset_[g], a + acc_offset_[g] + value_groups_[g].dims,
-                  rotated.data() + i * dim_ + first);
-        first += value_groups_[g].dims;
+        const CodeGroup& group = value_groups_[g];
+        const uint8_t* order = chunk_order(group);
+        for (int j = 0; j < group.padded_dims(); ++j) {
+          const int target = order != nullptr ? j / 8 * 8 + order[j % 8] : j;
+          if (target < group.dims) rotated[i * dim_ + first + target] = a[acc_offset_[g] + j];
+        }
+        first += group.dims;
       }
     }
     cache_.value_codec().rotation().inverse(rotated.data(), out, n);
@@ -201,6 +211,7 @@ class TurboQuantSource : public BlockSource {
         const uint8_t* kr = key_page + (ci - page_first) * kcs;
         const uint8_t* vr = value_page + (ci - page_first) * vcs;
         const auto dots = [&](float* s) {
+          prefetch_bytes(vr, n * vcs);  // this block's values, read after the scores
           for (int g = 0; g < n_key_groups_; ++g) {
             k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
                          s, kBlockTokens, g > 0);
@@ -243,8 +254,14 @@ class TurboQuantSource : public BlockSource {
     }
   }
 
+  // Where a kernel table keeps 4-bit groups in its own chunk order (see KernelTable).
+  const uint8_t* chunk_order(const CodeGroup& group) const {
+    return group.bits == 4 ? chunk_order4_ : nullptr;
+  }
+
   const TurboQuantKVCache& cache_;
   int dim_;
+  const uint8_t* chunk_order4_;
   CodeLayout key_layout_, value_layout_;
   CodeGroup key_groups_[2], value_groups_[2], qjl_group_;
   int n_key_groups_ = 0, n_value_groups_ = 0;
@@ -261,7 +278,8 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   const int dim = cache.head_dim();
   const int group = request.n_q_heads / kv_heads;
   const size_t n_rows = static_cast<size_t>(request.n_q_heads) * request.n_queries;
-  const TurboQuantSource source(cache);
+  const KernelTable& kernels = active_kernel_table();
+  const TurboQuantSource source(cache, kernels);
 
   std::vector<float> original(n_rows * dim);
   gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original.data(), dim, 0);
@@ -278,7 +296,7 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   problem.rows = rows.data();
   problem.options = request.options;
   problem.scale = effective_scale(request.options, dim);
-  problem.kernels = &active_kernel_table();
+  problem.kernels = &kernels;
   const std::vector<float> result = run_attention(problem, source);
 
   source.finish_rows(result.data(), n_rows, original.data());

@@ -31,6 +31,10 @@
 namespace turbokv::attn {
 namespace {
 
+// The decode helpers must inline into the block loops: a call per chunk of 8 codes costs more
+// than the decode itself (GCC declined to inline decode_chunk<4> on its own).
+#define TURBOKV_INLINE inline __attribute__((always_inline))
+
 inline float hsum(__m256 a) {
   __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -205,9 +209,32 @@ void dots_f32(const float* q, size_t qs, int rows, const float* keys, size_t n, 
               float* scores, size_t ld) {
   dots_dense(q, qs, rows, keys, n, dim, scores, ld);
 }
+// fp16 values are first converted, kValueRun whole rows at a time in memory order, into a float
+// buffer in L1, and accumulated from there. The accumulation itself walks a few dims of every
+// token at a time (so R rows x a few chunks of accumulators stay in registers); walking the
+// fp16 rows in memory that way, 256 bytes apart, read ~25% below the streaming bandwidth,
+// while the row-order conversion streams at full speed.
+constexpr size_t kValueRun = 16;
+constexpr int kMaxBufferedDim = 512;
+
 void accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n,
                     int dim, float* acc, size_t as) {
-  accumulate_dense(w, ld, rows, values, n, dim, acc, as);
+  if (dim > kMaxBufferedDim) {
+    accumulate_dense(w, ld, rows, values, n, dim, acc, as);
+    return;
+  }
+  alignas(32) float buffer[kValueRun * kMaxBufferedDim];
+  const int full = dim & ~7;
+  for (size_t t0 = 0; t0 < n; t0 += kValueRun) {
+    const size_t m = n - t0 < kValueRun ? n - t0 : kValueRun;
+    const uint16_t* src = values + t0 * dim;
+    for (size_t i = 0; i < m; ++i) {
+      int j = 0;
+      for (; j < full; j += 8) _mm256_storeu_ps(buffer + i * dim + j, load8(src + i * dim + j));
+      for (; j < dim; ++j) buffer[i * dim + j] = load1(src + i * dim + j);
+    }
+    accumulate_dense(w + t0, ld, rows, static_cast<const float*>(buffer), m, dim, acc, as);
+  }
 }
 void accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
                     float* acc, size_t as) {
@@ -216,7 +243,7 @@ void accumulate_f32(const float* w, size_t ld, int rows, const float* values, si
 
 // ---- packed codes ---------------------------------------------------------------------------
 
-inline __m256i broadcast_u32(const uint8_t* p) {
+TURBOKV_INLINE __m256i broadcast_u32(const uint8_t* p) {
   uint32_t u;
   std::memcpy(&u, p, sizeof u);
   return _mm256_set1_epi32(static_cast<int>(u));
@@ -226,8 +253,11 @@ inline __m256i broadcast_u32(const uint8_t* p) {
 // Reads exactly the chunk's B bytes for B = 1, 2 and 4 bytes for B = 3, 4, so only widths 3
 // and >= 5 read past the chunk (at most one byte past the codes; see finish_code_group).
 template <int B>
-inline __m256i chunk_codes(const uint8_t* p) {
-  if constexpr (B <= 4) {
+TURBOKV_INLINE __m256i chunk_codes(const uint8_t* p) {
+  if constexpr (B == 4) {
+    // 4-bit chunks come out in kChunkOrder4, the order of the byte-shuffle decode below.
+    return _mm256_srlv_epi32(broadcast_u32(p), _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28));
+  } else if constexpr (B < 4) {
     const __m256i shifts = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
     __m256i words;
     if constexpr (B == 1) {
@@ -252,7 +282,7 @@ inline __m256i chunk_codes(const uint8_t* p) {
 
 // The same for a chunk near the end of a record: copies what is left into a zeroed buffer.
 template <int B>
-inline __m256i chunk_codes_tail(const uint8_t* p, size_t available) {
+TURBOKV_INLINE __m256i chunk_codes_tail(const uint8_t* p, size_t available) {
   uint8_t buffer[16] = {};
   std::memcpy(buffer, p, available < 16 ? available : 16);
   return chunk_codes<B>(buffer);
@@ -275,7 +305,7 @@ struct Codebook {
       lo = hi = _mm256_setzero_ps();
     }
   }
-  __m256 lookup(__m256i idx) const {
+  TURBOKV_INLINE __m256 lookup(__m256i idx) const {
     if constexpr (B <= 3) {
       return _mm256_permutevar8x32_ps(lo, idx);  // uses the low 3 bits of each lane
     } else if constexpr (B == 4) {
@@ -290,7 +320,7 @@ struct Codebook {
 };
 
 template <int B>
-inline __m256 decode_chunk(const Codebook<B>& book, const uint8_t* group_codes, int c, int safe,
+TURBOKV_INLINE __m256 decode_chunk(const Codebook<B>& book, const uint8_t* group_codes, int c, int safe,
                            size_t available_from_group) {
   const uint8_t* p = group_codes + static_cast<size_t>(c) * B;
   if (c < safe) return book.lookup(chunk_codes<B>(p));
@@ -395,6 +425,182 @@ void group_accumulate_bits(const float* w, size_t ld, int rows, const uint8_t* r
       default: group_accumulate_tile<B, 1, 4>(wr, ld, records, code_size, n, g, 0, ar, as); break;
     }
   });
+}
+
+// ---- 4-bit codes: byte-shuffle decode ----------------------------------------------------------
+//
+// The 16 centroids, split into their four bytes, make four 16-entry byte tables; vpshufb looks
+// up 32 codes in each, and two rounds of unpacks put the bytes back together as floats. The
+// unpacks work within 128-bit lanes, so the floats come out in a fixed order: lane 0 decodes the
+// low nibbles (even codes), lane 1 the high nibbles (odd codes), and chunk k (codes 8k..8k+7)
+// lands as codes 8k + {0, 2, 4, 6, 1, 3, 5, 7} (kChunkOrder4). The attention source lays out
+// query rows and value accumulators of 4-bit groups in that order (KernelTable::chunk_order4),
+// so no kernel ever moves floats back into coordinate order.
+constexpr uint8_t kChunkOrder4[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+struct Nibble4Book {
+  __m256i plane[4];
+  explicit Nibble4Book(const float* table) {
+    alignas(16) uint8_t bytes[4][16];
+    for (int i = 0; i < 16; ++i) {
+      uint32_t u;
+      std::memcpy(&u, table + i, sizeof u);
+      for (int b = 0; b < 4; ++b) bytes[b][i] = static_cast<uint8_t>(u >> (8 * b));
+    }
+    for (int b = 0; b < 4; ++b) {
+      plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes[b])));
+    }
+  }
+};
+
+// Lane 0: the low nibble of each byte, lane 1: the high nibble.
+TURBOKV_INLINE __m256i split_nibbles(__m256i bytes) {
+  return _mm256_and_si256(_mm256_blend_epi32(bytes, _mm256_srli_epi16(bytes, 4), 0xf0),
+                          _mm256_set1_epi8(0x0f));
+}
+
+// 32 codes (the 16 bytes at p) -> chunks 0..3 in kChunkOrder4.
+TURBOKV_INLINE void decode32(const Nibble4Book& book, const uint8_t* p, __m256* out) {
+  const __m256i codes =
+      split_nibbles(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  const __m256i b0 = _mm256_shuffle_epi8(book.plane[0], codes);
+  const __m256i b1 = _mm256_shuffle_epi8(book.plane[1], codes);
+  const __m256i b2 = _mm256_shuffle_epi8(book.plane[2], codes);
+  const __m256i b3 = _mm256_shuffle_epi8(book.plane[3], codes);
+  const __m256i lo01 = _mm256_unpacklo_epi8(b0, b1), hi01 = _mm256_unpackhi_epi8(b0, b1);
+  const __m256i lo23 = _mm256_unpacklo_epi8(b2, b3), hi23 = _mm256_unpackhi_epi8(b2, b3);
+  out[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo01, lo23));
+  out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo01, lo23));
+  out[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(hi01, hi23));
+  out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(hi01, hi23));
+}
+
+// 16 codes (the 8 bytes at p) -> chunks 0..1 in kChunkOrder4.
+TURBOKV_INLINE void decode16(const Nibble4Book& book, const uint8_t* p, __m256* out) {
+  int64_t u;
+  std::memcpy(&u, p, sizeof u);
+  const __m256i codes = split_nibbles(_mm256_set1_epi64x(u));
+  const __m256i w01 = _mm256_unpacklo_epi8(_mm256_shuffle_epi8(book.plane[0], codes),
+                                           _mm256_shuffle_epi8(book.plane[1], codes));
+  const __m256i w23 = _mm256_unpacklo_epi8(_mm256_shuffle_epi8(book.plane[2], codes),
+                                           _mm256_shuffle_epi8(book.plane[3], codes));
+  out[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(w01, w23));
+  out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(w01, w23));
+}
+
+// Scores of 4-bit groups: one token at a time, 32 codes per shuffle decode, R query rows (two
+// accumulators per row when R <= 4 to halve the FMA dependency chains); chunks past the last
+// full 32 go through the generic per-chunk decode (same order).
+template <int R, int kBlocks = 0>
+void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_size, size_t n,
+                const CodeGroup& g, float* scores, size_t ld, bool add) {
+  constexpr int kAcc = R <= 4 ? 2 : 1;
+  const Nibble4Book book(g.table);
+  const Codebook<4> tail_book(g.table);
+  const int blocks = kBlocks > 0 ? kBlocks : g.dims / 32;
+  const int chunks = g.chunks();
+  const size_t available = code_size - g.offset;
+  __m256 pending[R][8];
+  const auto flush = [&](size_t t0, size_t count) {
+    for (int r = 0; r < R; ++r) {
+      for (size_t i = count; i < 8; ++i) pending[r][i] = _mm256_setzero_ps();
+      alignas(32) float dot[8];
+      _mm256_store_ps(dot, reduce8(pending[r]));
+      float* s = scores + r * ld + t0;
+      for (size_t i = 0; i < count; ++i) s[i] = add ? s[i] + dot[i] : dot[i];
+    }
+  };
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* rec = records + t * code_size + g.offset;
+    __m256 acc[R][kAcc];
+    for (int r = 0; r < R; ++r) {
+      for (int a = 0; a < kAcc; ++a) acc[r][a] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < blocks; ++b) {
+      __m256 k[4];
+      decode32(book, rec + 16 * b, k);
+      for (int u = 0; u < 4; ++u) {
+        for (int r = 0; r < R; ++r) {
+          acc[r][u % kAcc] = _mm256_fmadd_ps(k[u], _mm256_loadu_ps(q + r * qs + 32 * b + 8 * u), acc[r][u % kAcc]);
+        }
+      }
+    }
+    for (int c = 4 * blocks; c < chunks; ++c) {
+      const __m256 k = decode_chunk<4>(tail_book, rec, c, g.safe_chunks, available);
+      for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + r * qs + 8 * c), acc[r][0]);
+    }
+    // Horizontal sums wait for 8 tokens: one reduce8 per row then replaces 8 hsums.
+    for (int r = 0; r < R; ++r) {
+      __m256 sum = acc[r][0];
+      for (int a = 1; a < kAcc; ++a) sum = _mm256_add_ps(sum, acc[r][a]);
+      pending[r][t % 8] = sum;
+    }
+    if (t % 8 == 7 || t + 1 == n) flush(t - t % 8, t % 8 + 1);
+  }
+}
+
+// Value accumulation for 4-bit groups: 16 codes per shuffle decode (2 chunks x R <= 4 rows of
+// accumulators stay in registers across the block's tokens), the odd last chunks generic.
+template <int R>
+void accumulate4_tile(const float* w, size_t ld, const uint8_t* records, size_t code_size,
+                      size_t n, const CodeGroup& g, float* acc, size_t as) {
+  const Nibble4Book book(g.table);
+  const int pairs = g.dims / 16;
+  const uint8_t* base = records + g.offset;
+  for (int h = 0; h < pairs; ++h) {
+    __m256 a[R][2];
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < 2; ++u) a[r][u] = _mm256_loadu_ps(acc + r * as + 16 * h + 8 * u);
+    }
+    const uint8_t* rec = base + 8 * h;
+    for (size_t t = 0; t < n; ++t, rec += code_size) {
+      __m256 v[2];
+      decode16(book, rec, v);
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = _mm256_broadcast_ss(w + r * ld + t);
+        a[r][0] = _mm256_fmadd_ps(wv, v[0], a[r][0]);
+        a[r][1] = _mm256_fmadd_ps(wv, v[1], a[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < 2; ++u) _mm256_storeu_ps(acc + r * as + 16 * h + 8 * u, a[r][u]);
+    }
+  }
+  if (2 * pairs < g.chunks()) group_accumulate_tile<4, R, 1>(w, ld, records, code_size, n, g, 2 * pairs, acc, as);
+}
+
+template <>
+void group_dots_bits<4>(const float* q, size_t qs, int rows, const uint8_t* records,
+                        size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld,
+                        bool add) {
+  for_row_pieces(rows, [&](int r, int width) {
+    const float* qr = q + r * qs;
+    float* sr = scores + r * ld;
+    switch (width) {
+      case 8: dots4_tile<8>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+      case 4:
+        if (g.dims == 128) dots4_tile<4, 4>(qr, qs, records, code_size, n, g, sr, ld, add);
+        else dots4_tile<4>(qr, qs, records, code_size, n, g, sr, ld, add);
+        break;
+      case 2: dots4_tile<2>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+      default: dots4_tile<1>(qr, qs, records, code_size, n, g, sr, ld, add); break;
+    }
+  });
+}
+
+template <>
+void group_accumulate_bits<4>(const float* w, size_t ld, int rows, const uint8_t* records,
+                              size_t code_size, size_t n, const CodeGroup& g, float* acc,
+                              size_t as) {
+  for_row_pieces(rows, [&](int r, int width) {
+    const float* wr = w + r * ld;
+    float* ar = acc + r * as;
+    switch (width) {
+      case 4: accumulate4_tile<4>(wr, ld, records, code_size, n, g, ar, as); break;
+      case 2: accumulate4_tile<2>(wr, ld, records, code_size, n, g, ar, as); break;
+      default: accumulate4_tile<1>(wr, ld, records, code_size, n, g, ar, as); break;
+    }
+  }, 4);
 }
 
 void group_dots(const float* q, size_t qs, int rows, const uint8_t* records, size_t code_size,
@@ -512,7 +718,7 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
 
 const KernelTable kAvx2Table{"avx2",          dots_f16,         dots_f32,
                             accumulate_f16,  accumulate_f32,   group_dots,
-                            group_accumulate, softmax_update};
+                            group_accumulate, softmax_update,   kChunkOrder4};
 
 }  // namespace
 }  // namespace turbokv::attn

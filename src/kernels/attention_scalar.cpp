@@ -158,7 +158,7 @@ void finish_code_group(CodeGroup& group, size_t code_size) {
 const KernelTable& scalar_kernel_table() {
   static const KernelTable table{"scalar",        dots_f16,         dots_f32,
                                  accumulate_f16,  accumulate_f32,   group_dots,
-                                 group_accumulate, softmax_update};
+                                 group_accumulate, softmax_update, nullptr};
   return table;
 }
 
