@@ -488,9 +488,28 @@ TURBOKV_INLINE void decode16(const Nibble4Book& book, const uint8_t* p, __m256* 
   out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(w01, w23));
 }
 
+// out[r] = the sum of the lanes of v[r], r < R <= 8 (out holds 8 floats).
+template <int R>
+TURBOKV_INLINE void store_row_sums(const __m256* v, float* out) {
+  if constexpr (R == 8) {
+    _mm256_store_ps(out, reduce8(v));
+  } else if constexpr (R > 4) {
+    __m256 x[8];
+    for (int i = 0; i < 8; ++i) x[i] = i < R ? v[i] : _mm256_setzero_ps();
+    _mm256_store_ps(out, reduce8(x));
+  } else {
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 s01 = _mm256_hadd_ps(v[0], R > 1 ? v[1] : zero);
+    const __m256 s23 = R > 2 ? _mm256_hadd_ps(v[2], R > 3 ? v[3] : zero) : zero;
+    const __m256 s = _mm256_hadd_ps(s01, s23);
+    _mm_store_ps(out, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+  }
+}
+
 // Scores of 4-bit groups: one token at a time, 32 codes per shuffle decode, R query rows (two
 // accumulators per row when R <= 4 to halve the FMA dependency chains); chunks past the last
-// full 32 go through the generic per-chunk decode (same order).
+// full 32 go through the generic per-chunk decode (same order). kBlocks > 0 fixes the number of
+// 32-code blocks at compile time (head_dim 128) so the block loop unrolls.
 template <int R, int kBlocks = 0>
 void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_size, size_t n,
                 const CodeGroup& g, float* scores, size_t ld, bool add) {
@@ -500,22 +519,22 @@ void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_s
   const int blocks = kBlocks > 0 ? kBlocks : g.dims / 32;
   const int chunks = g.chunks();
   const size_t available = code_size - g.offset;
-  __m256 pending[R][8];
-  const auto flush = [&](size_t t0, size_t count) {
-    for (int r = 0; r < R; ++r) {
-      for (size_t i = count; i < 8; ++i) pending[r][i] = _mm256_setzero_ps();
-      alignas(32) float dot[8];
-      _mm256_store_ps(dot, reduce8(pending[r]));
-      float* s = scores + r * ld + t0;
-      for (size_t i = 0; i < count; ++i) s[i] = add ? s[i] + dot[i] : dot[i];
+  if (n > kBlockTokens) {  // the sources pass blocks; other callers are split here
+    for (size_t t0 = 0; t0 < n; t0 += kBlockTokens) {
+      const size_t m = n - t0 < kBlockTokens ? n - t0 : kBlockTokens;
+      dots4_tile<R, kBlocks>(q, qs, records + t0 * code_size, code_size, m, g, scores + t0, ld, add);
     }
-  };
+    return;
+  }
+  // Per token, lane r of one vector gets row r's dot product; rows are written out at the end.
+  alignas(32) float sums[kBlockTokens][8];
   for (size_t t = 0; t < n; ++t) {
     const uint8_t* rec = records + t * code_size + g.offset;
     __m256 acc[R][kAcc];
     for (int r = 0; r < R; ++r) {
       for (int a = 0; a < kAcc; ++a) acc[r][a] = _mm256_setzero_ps();
     }
+#pragma GCC unroll 8
     for (int b = 0; b < blocks; ++b) {
       __m256 k[4];
       decode32(book, rec + 16 * b, k);
@@ -529,13 +548,16 @@ void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_s
       const __m256 k = decode_chunk<4>(tail_book, rec, c, g.safe_chunks, available);
       for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + r * qs + 8 * c), acc[r][0]);
     }
-    // Horizontal sums wait for 8 tokens: one reduce8 per row then replaces 8 hsums.
+    __m256 row[R];
     for (int r = 0; r < R; ++r) {
-      __m256 sum = acc[r][0];
-      for (int a = 1; a < kAcc; ++a) sum = _mm256_add_ps(sum, acc[r][a]);
-      pending[r][t % 8] = sum;
+      row[r] = acc[r][0];
+      for (int a = 1; a < kAcc; ++a) row[r] = _mm256_add_ps(row[r], acc[r][a]);
     }
-    if (t % 8 == 7 || t + 1 == n) flush(t - t % 8, t % 8 + 1);
+    store_row_sums<R>(row, sums[t]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float* s = scores + r * ld;
+    for (size_t t = 0; t < n; ++t) s[t] = add ? s[t] + sums[t][r] : sums[t][r];
   }
 }
 
