@@ -5,7 +5,9 @@
 // chunk of 8 always starts on a byte; one 32-bit broadcast (two for b >= 5) and a per-lane
 // variable shift put code i in the low bits of lane i, and the codebook lookup is a register
 // permute (b <= 3: one vpermps over the 8-entry table, replicated for b < 3; b = 4: two
-// permutes and a blend on bit 3) or, for b >= 5, a gather from the table in L1.
+// permutes and a blend on bit 3) or, for b >= 5, a gather from the table in L1. Whole runs of
+// 16 or 32 4-bit codes take a faster byte-shuffle decode instead (see "4-bit codes" below),
+// whose output order (kChunkOrder4) the per-chunk 4-bit decode reproduces.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <limits>
 
 #include "attention/attention_kernels.hpp"
+#include "turbokv/cpu_features.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TURBOKV_ATTENTION_AVX2 1
@@ -754,9 +757,7 @@ const KernelTable kAvx2Table{"avx2",          dots_f16,         dots_f32,
 namespace turbokv::attn {
 
 const KernelTable* avx2_kernel_table() {
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                                __builtin_cpu_supports("f16c");
-  return supported ? &kAvx2Table : nullptr;
+  return cpu_has_avx2_fma_f16c() ? &kAvx2Table : nullptr;
 }
 
 }  // namespace turbokv::attn
