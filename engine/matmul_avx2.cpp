@@ -3,6 +3,7 @@
 // Quantized rows are decoded in registers and multiplied in float: the activations x stay
 // exact, so the result differs from the scalar reference only by float summation order.
 #include "engine/matmul_kernels.hpp"
+#include "turbokv/cpu_features.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TURBOKV_HAVE_AVX2_KERNELS 1
@@ -413,14 +414,7 @@ TKV_AVX2 void dot4x2(const float* const* w, const float* const* x, int64_t cols,
 
 }  // namespace
 
-bool avx2_available() {
-  static const bool available = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return available;
-}
+bool avx2_available() { return cpu_has_avx2_fma_f16c(); }
 
 RowKernels avx2_kernels(GgmlType type) {
   RowKernels k = scalar_kernels(type);  // decoders without an AVX2 version stay scalar

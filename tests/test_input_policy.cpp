@@ -337,6 +337,52 @@ TEST(InputPolicy, TurboQuantStateWithNonFiniteNormIsRejected) {
   }
 }
 
+// Policy for dense files: NaN/Inf values load only from a cache that opted in
+// (set_allow_non_finite), which its file records; anything else is rejected.
+TEST(InputPolicy, DenseStateWithNonFiniteValuesNeedsTheRecordedOptIn) {
+  for (const char* config : {"dense16", "dense32"}) {
+    auto cache = make_kv_cache(config, kHeads, kDim);
+    const auto k = random_vectors(5, 41), v = random_vectors(5, 42);
+    cache->append(k, v, 5);
+    for (const char* tensor : {"keys", "values"}) {
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        CacheState state = cache->save_state();
+        for (auto& t : state.tensors) {
+          if (t.name != tensor) continue;
+          const size_t element = (1 * 5 + 3) * kDim + 7;  // head 1, token 3, element 7
+          if (t.dtype == "F16") {
+            const uint16_t h = std::isnan(bad) ? 0x7E00 : 0xFC00;
+            std::memcpy(t.data.data() + 2 * element, &h, 2);
+          } else {
+            std::memcpy(t.data.data() + 4 * element, &bad, 4);
+          }
+        }
+        EXPECT_THROW(load_kv_cache(state), Error) << config << " " << tensor;
+        state.metadata["allow_non_finite"] = "1";
+        EXPECT_NO_THROW(load_kv_cache(state)) << config << " " << tensor;
+        state.metadata["allow_non_finite"] = "yes";
+        EXPECT_THROW(load_kv_cache(state), Error) << config << " " << tensor;
+      }
+    }
+    // A cache that opted in round-trips its NaN and keeps the opt-in.
+    auto* dense = dynamic_cast<turbokv::DenseKVCache*>(cache.get());
+    ASSERT_NE(dense, nullptr);
+    dense->set_allow_non_finite(true);
+    std::vector<float> nk(kHeads * kDim, 1.0f), nv(kHeads * kDim, 2.0f);
+    nk[3] = std::numeric_limits<float>::quiet_NaN();
+    cache->append(nk, nv, 1);
+    const auto loaded = load_kv_cache(cache->save_state());
+    const auto* loaded_dense = dynamic_cast<const turbokv::DenseKVCache*>(loaded.get());
+    ASSERT_NE(loaded_dense, nullptr);
+    EXPECT_TRUE(loaded_dense->allow_non_finite()) << config;
+    std::vector<float> fk(kHeads * 6 * kDim), fv(fk.size());
+    loaded->fetch(fk, fv);
+    EXPECT_TRUE(std::isnan(fk[5 * kDim + 3])) << config;  // head 0, token 5, element 3
+    // Without the opt-in a cache's file carries no such key.
+    EXPECT_EQ(make_kv_cache(config, kHeads, kDim)->save_state().metadata.count("allow_non_finite"), 0u);
+  }
+}
+
 // OPEN (reported to the cache owner): TurboQuantKVCache's constructor allocates its sink
 // buffers eagerly, kv_heads * options.sinks * head_dim floats each, and from_state takes sinks
 // (<= 2^24), kv_heads (<= 4096) and head_dim (<= 8192) from the file: a file of a few hundred

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -219,8 +220,31 @@ size_t DenseKVCache::trim(size_t n) {
   return dropped;
 }
 
-// Saved state: metadata {class, kv_heads, head_dim, dtype, page_tokens, tokens} and tensors
-// "keys", "values": [kv_heads][tokens][head_dim] F16 or F32 (pages concatenated per head).
+namespace {
+
+// Index of the first NaN/Inf element of raw F16 or F32 data, SIZE_MAX if none.
+size_t first_non_finite(const std::vector<uint8_t>& data, DenseDtype dtype) {
+  if (dtype == DenseDtype::f16) {
+    for (size_t i = 0; i + 2 <= data.size(); i += 2) {
+      uint16_t h;
+      std::memcpy(&h, data.data() + i, sizeof h);
+      if ((h & 0x7c00u) == 0x7c00u) return i / 2;
+    }
+  } else {
+    for (size_t i = 0; i + 4 <= data.size(); i += 4) {
+      uint32_t u;
+      std::memcpy(&u, data.data() + i, sizeof u);
+      if ((u & 0x7f800000u) == 0x7f800000u) return i / 4;
+    }
+  }
+  return SIZE_MAX;
+}
+
+}  // namespace
+
+// Saved state: metadata {class, kv_heads, head_dim, dtype, page_tokens, tokens, and
+// allow_non_finite = "1" only for a cache that opted in} and tensors "keys", "values":
+// [kv_heads][tokens][head_dim] F16 or F32 (pages concatenated per head).
 CacheState DenseKVCache::save_state() const {
   CacheState state;
   state.metadata = {{"class", class_name()},
@@ -229,6 +253,7 @@ CacheState DenseKVCache::save_state() const {
                     {"dtype", dense_dtype_name(dtype_)},
                     {"page_tokens", std::to_string(page_tokens_)},
                     {"tokens", std::to_string(size_)}};
+  if (allow_non_finite_) state.metadata["allow_non_finite"] = "1";
   const std::string dtype = dtype_ == DenseDtype::f16 ? "F16" : "F32";
   const std::vector<int64_t> shape = {kv_heads_, static_cast<int64_t>(size_), head_dim_};
   const size_t row_bytes = head_dim_ * element_size();
@@ -264,8 +289,22 @@ std::unique_ptr<DenseKVCache> DenseKVCache::from_state(const CacheState& state) 
   const TensorBlob& keys = detail::find_tensor(state, "keys", dt, shape);
   const TensorBlob& values = detail::find_tensor(state, "values", dt, shape);
 
+  // The input policy holds for files too: NaN/Inf only from a cache that opted in, which its
+  // file records (older files without the key never opted in).
+  const auto opt_in = state.metadata.find("allow_non_finite");
+  TURBOKV_CHECK(opt_in == state.metadata.end() || opt_in->second == "0" || opt_in->second == "1",
+                "DenseKVCache: metadata allow_non_finite is '{}', expected 0 or 1", opt_in->second);
+  const bool allow_non_finite = opt_in != state.metadata.end() && opt_in->second == "1";
+  if (!allow_non_finite) {
+    for (const TensorBlob* blob : {&keys, &values}) {
+      const size_t bad = first_non_finite(blob->data, dtype);
+      TURBOKV_CHECK(bad == SIZE_MAX,
+                    "DenseKVCache: stored {} element {} is NaN/Inf, and the file does not record "
+                    "the allow_non_finite opt-in", blob->name, bad);
+    }
+  }
+
   auto cache = std::make_unique<DenseKVCache>(kv_heads, head_dim, dtype, page_tokens);
-  cache->allow_non_finite_ = true;  // restore exactly what was stored
   const size_t row_bytes = head_dim * cache->element_size();
   const size_t n_pages = (tokens + page_tokens - 1) / page_tokens;
   for (size_t p = 0; p < n_pages; ++p) cache->add_page();
@@ -280,7 +319,7 @@ std::unique_ptr<DenseKVCache> DenseKVCache::from_state(const CacheState& state) 
       }
     }
   }
-  cache->allow_non_finite_ = false;
+  cache->allow_non_finite_ = allow_non_finite;
   return cache;
 }
 

@@ -1,0 +1,35 @@
+// Run-time CPU feature checks for the hand-written AVX2 kernels (attention, engine matmuls).
+// Highway dispatches the codec kernels itself; these two families are plain intrinsics and ask
+// here. cpuid rather than __builtin_cpu_supports: clang 14 (the fuzz toolchain) rejects the
+// "f16c" feature string. The OS must also save the YMM registers on context switches (OSXSAVE
+// and XCR0 bits 1-2), or AVX code faults even on a CPU that has it.
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
+namespace turbokv {
+
+// True when the CPU and OS support AVX2, FMA and F16C together.
+inline bool cpu_has_avx2_fma_f16c() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool supported = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    const bool f16c = (c & bit_F16C) != 0, fma = (c & bit_FMA) != 0, avx = (c & bit_AVX) != 0;
+    const bool osxsave = (c & bit_OSXSAVE) != 0;
+    if (!(f16c && fma && avx && osxsave)) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0x6u) != 0x6u) return false;  // XMM and YMM state saved by the OS
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    return (b & bit_AVX2) != 0;
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
+}  // namespace turbokv
