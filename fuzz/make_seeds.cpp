@@ -185,9 +185,16 @@ void cache_seeds() {
   }
 #endif
 #ifdef SEEDS_HAVE_TURBOQUANT
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 3; ++variant) {
     turbokv::PromptCache pc;
     turbokv::TurboQuantCacheOptions o;
+    o.norm_correction = false;  // variant 0 as first committed (the default changed since)
+    if (variant == 2) {  // centered on the mean of 2 sinks, with a window
+      o.sinks = 2;
+      o.center = true;
+      o.window = 1;
+      o.page_tokens = 4;
+    }
     if (variant == 1) {
       o.key_bits = 3.5;
       o.value_bits = 2;

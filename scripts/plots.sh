@@ -22,11 +22,13 @@ DATA=${DATA:-docs/data}
 mkdir -p "$DATA"
 
 # The configurations of the quality tables (docs/benchmarks.md, "Quality: turbokv eval").
-EVAL_KV="dense16,tq8,tq4,tq3.5,tq3,tq2.5,tq2,k4v2,k4v3,k3v2,prod3,prod4,tq3w64,tq4w64,tq3s4,tq4-f32n,tq8-f32n,tq4-nc,tq3.5-nc,tq3-nc,tq2.5-nc,tq2-nc,k4v3-nc,q8_0,q4_0,q8_0h,q4_0h,kivi2,kivi4,affine4,affine8"
+# TurboQuant names use norm correction (the default); -nonc rows show it off, -ctr rows exact
+# centering on the mean of 8 exact first tokens.
+EVAL_KV="dense16,tq8,tq4,tq3.5,tq3,tq2.5,tq2,k4v2,k4v3,k3v2,prod3,prod4,tq3w64,tq4w64,tq3s4,tq4s8,tq4s8-ctr,tq3s8-ctr,tq2s8-ctr,tq4-f32n,tq8-f32n,tq4-nonc,tq3.5-nonc,tq3-nonc,tq2.5-nonc,tq2-nonc,q8_0,q4_0,q8_0h,q4_0h,kivi2,kivi4,affine4,affine8"
 # kjv only (saved separately as eval_kjv_extra.json, same text and token count): 2-bit affine,
 # KIVI-2 without its fp16 residual.
 EVAL_KV_EXTRA="affine2,kivi2r0"
-KJV_TOKENS=8160   # 32 windows of 255 text tokens: ~12 min for all configurations on the loaded 2-core machine
+KJV_TOKENS=0      # 0: the whole held-out text (32,907 tokens)
 DECODE_KV="dense16,tq4,tq3"
 DECODE_CONTEXTS="4096,8192,16384,32768"
 ATTENTION_CONTEXTS="1024 4096 16384 32768"

@@ -61,7 +61,8 @@ std::string describe(const Case& c) {
   s << "dim " << c.head_dim << " heads " << c.q_heads << "/" << c.kv_heads << " tokens " << c.tokens
     << " key " << turbokv::codec_kind_name(c.cache.key_codec) << " " << c.cache.key_bits
     << " value " << c.cache.value_bits << " sinks " << c.cache.sinks << " window " << c.cache.window
-    << " page " << c.cache.page_tokens << " queries " << c.n_queries << " threads " << c.options.threads;
+    << " page " << c.cache.page_tokens << " queries " << c.n_queries << " threads " << c.options.threads
+    << (c.cache.center ? " centered" : "");
   return s.str();
 }
 
@@ -145,6 +146,35 @@ TEST(AttentionTurboQuant, HeadDimsRatiosSizesSinksWindows) {
         c.cache.window = ratio == 8 ? 16 : 0;
         c.cache.key_codec = ratio == 1 ? TurboQuantCodecKind::prod : TurboQuantCodecKind::mse;
         check_case(c, rng);
+      }
+    }
+  }
+}
+
+// Exact centering: the fused path adds <q, mean_k> to compressed scores and mean_v with the
+// compressed tokens' softmax mass; it must still equal dequantize-then-attend (fetch adds the
+// means back), with both key codecs, windows, prefill chunks and split-K over a long cache.
+TEST(AttentionTurboQuant, CenteredCaches) {
+  std::mt19937 rng(12);
+  for (auto codec : {TurboQuantCodecKind::mse, TurboQuantCodecKind::prod}) {
+    for (size_t sinks : {size_t{1}, size_t{8}}) {
+      for (size_t window : {size_t{0}, size_t{16}}) {
+        for (int n_queries : {1, 3}) {
+          Case c;
+          c.head_dim = 128;
+          c.q_heads = 8;
+          c.kv_heads = 2;
+          c.tokens = 700;
+          c.cache.key_bits = 4;
+          c.cache.value_bits = 3;
+          c.cache.key_codec = codec;
+          c.cache.sinks = sinks;
+          c.cache.window = window;
+          c.cache.center = true;
+          c.n_queries = n_queries;
+          c.options.threads = 2;
+          check_case(c, rng);
+        }
       }
     }
   }

@@ -10,6 +10,8 @@
 
 #include "turbokv/baseline_caches.hpp"
 #include "turbokv/cache_config.hpp"
+#include "turbokv/error.hpp"
+#include "turbokv/prompt_cache.hpp"
 #include "turbokv/turboquant_cache.hpp"
 
 using namespace turbokv;
@@ -58,8 +60,22 @@ TEST(CacheConfig, TurboQuantNames) {
   EXPECT_TRUE(s.config.tq.fp32_norm);
   EXPECT_EQ(s.config.tq.rotation, RotationKind::haar);
   EXPECT_EQ(s.config.tq.sinks, 4u);
-  EXPECT_FALSE(parse_kv_config("tq4").config.tq.norm_correction);
-  EXPECT_NE(s.description.find("norm correction"), std::string::npos) << s.description;
+  // Norm correction is the default; -nonc turns it off (and says so), -ctr centers.
+  EXPECT_TRUE(parse_kv_config("tq4").config.tq.norm_correction);
+  s = parse_kv_config("tq4-nonc");
+  EXPECT_FALSE(s.config.tq.norm_correction);
+  EXPECT_NE(s.description.find("no norm correction"), std::string::npos) << s.description;
+  s = parse_kv_config("tq3s8-ctr");
+  EXPECT_TRUE(s.config.tq.center);
+  EXPECT_EQ(s.config.tq.sinks, 8u);
+  EXPECT_NE(s.description.find("centered"), std::string::npos) << s.description;
+  EXPECT_FALSE(parse_kv_config("tq3s8").config.tq.center);
+  EXPECT_THROW(parse_kv_config("tq3-ctr"), turbokv::Error);  // centering needs sinks
+  EXPECT_THROW(parse_kv_config("tq3s8-ctrx"), turbokv::Error);
+  // The long form round-trips centering.
+  const auto long_form = turbokv::parse_cache_config("turboquant:bits=3,sinks=4,center=1");
+  EXPECT_TRUE(long_form.tq.center);
+  EXPECT_TRUE(turbokv::parse_cache_config(turbokv::format_cache_config(long_form)).tq.center);
 }
 
 TEST(CacheConfig, BaselineAndDenseNames) {

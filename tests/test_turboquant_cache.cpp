@@ -64,6 +64,7 @@ void expect_identical(const KVCache& a, const KVCache& b) {
 TurboQuantCacheOptions opts(double kb, double vb, size_t window = 0, size_t sinks = 0,
                             size_t page_tokens = 16) {
   TurboQuantCacheOptions o;
+  o.norm_correction = false;  // the codec's plain distortion, which several tests compare with
   o.key_bits = kb;
   o.value_bits = vb;
   o.window = window;
@@ -105,6 +106,109 @@ TEST(TurboQuantKVCache, RejectsBadOptions) {
   o = opts(3, 3);
   o.value_codec = TurboQuantCodecKind::prod;
   EXPECT_THROW(TurboQuantKVCache(1, 64, o), Error);
+  o = opts(3, 3);
+  o.center = true;  // centering takes its mean from the sinks
+  EXPECT_THROW(TurboQuantKVCache(1, 64, o), Error);
+}
+
+TEST(TurboQuantKVCache, NormCorrectionIsTheDefault) {
+  EXPECT_TRUE(TurboQuantCacheOptions{}.norm_correction);
+}
+
+// Keys sharing a large common component (as real models' keys do): centering on the sinks'
+// mean leaves the codec only the differences, so the compressed tokens come back closer.
+TEST(TurboQuantKVCache, CenteringShrinksTheErrorOfKeysWithACommonComponent) {
+  const int H = 2, D = 128;
+  const size_t n = 300, sinks = 8;
+  auto k = random_tensor(H * n * D, 21), v = random_tensor(H * n * D, 22);
+  const auto common = random_tensor(H * D, 23, 4.0f);
+  for (int h = 0; h < H; ++h) {
+    for (size_t t = 0; t < n; ++t) {
+      for (int j = 0; j < D; ++j) {
+        k[(h * n + t) * D + j] += common[h * D + j];
+        v[(h * n + t) * D + j] += 0.5f * common[h * D + j];
+      }
+    }
+  }
+  double err[2][2] = {};  // [centered][keys|values]
+  for (int centered = 0; centered < 2; ++centered) {
+    auto o = opts(3, 3, 0, sinks);
+    o.center = centered == 1;
+    TurboQuantKVCache cache(H, D, o);
+    cache.append(k, v, n);
+    const Fetched f = fetch_all(cache);
+    for (size_t i = 0; i < k.size(); ++i) {
+      err[centered][0] += (f.keys[i] - k[i]) * (f.keys[i] - k[i]);
+      err[centered][1] += (f.values[i] - v[i]) * (f.values[i] - v[i]);
+    }
+    if (centered == 1) {
+      // The stored means are the sinks' means.
+      for (int h = 0; h < H; ++h) {
+        for (int j = 0; j < D; ++j) {
+          double mk = 0;
+          for (size_t t = 0; t < sinks; ++t) mk += k[(h * n + t) * D + j];
+          EXPECT_NEAR(cache.key_center(h)[j], mk / sinks, 1e-5);
+        }
+      }
+    } else {
+      EXPECT_EQ(cache.key_center(0), nullptr);
+    }
+  }
+  // The common part is ~16x the per-token variance for keys, 4x for values.
+  EXPECT_LT(err[1][0], 0.2 * err[0][0]);
+  EXPECT_LT(err[1][1], 0.5 * err[0][1]);
+}
+
+TEST(TurboQuantKVCache, CenteredStateRoundTripsAndIsRequiredWhole) {
+  const int H = 3, D = 64;
+  auto o = opts(4, 2.5, 8, 4);
+  o.center = true;
+  TurboQuantKVCache cache(H, D, o);
+  cache.append(random_tensor(H * 50 * D, 31, 2.0f), random_tensor(H * 50 * D, 32), 50);
+  const CacheState state = cache.save_state();
+  const auto loaded = TurboQuantKVCache::from_state(state);
+  expect_identical(cache, *loaded);
+  const Fetched a = fetch_all(cache), b = fetch_all(*loaded);
+  EXPECT_EQ(a.keys, b.keys);
+  EXPECT_EQ(a.values, b.values);
+  // Without its means a centered file would decode wrongly: rejected.
+  CacheState missing = state;
+  std::erase_if(missing.tensors, [](const TensorBlob& t) { return t.name == "value_center"; });
+  EXPECT_THROW(TurboQuantKVCache::from_state(missing), Error);
+  // And a build that does not center (metadata without center=true) rejects the extra tensors.
+  CacheState unflagged = state;
+  unflagged.metadata.erase("center");
+  EXPECT_THROW(TurboQuantKVCache::from_state(unflagged), Error);
+  CacheState poisoned = state;
+  for (auto& t : poisoned.tensors) {
+    if (t.name == "key_center") {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(t.data.data() + 4 * 5, &nan, 4);
+    }
+  }
+  EXPECT_THROW(TurboQuantKVCache::from_state(poisoned), Error);
+}
+
+// A trim that reaches into the sinks empties the compressed region; the next tokens refill the
+// sinks and the means are taken again from them.
+TEST(TurboQuantKVCache, CentersFollowTheSinksAfterATrim) {
+  const int H = 1, D = 64;
+  auto o = opts(3, 3, 0, 2);
+  o.center = true;
+  TurboQuantKVCache cache(H, D, o);
+  cache.append(random_tensor(10 * D, 41), random_tensor(10 * D, 42), 10);
+  cache.trim(9);
+  const auto k = random_tensor(5 * D, 43), v = random_tensor(5 * D, 44);
+  cache.append(k, v, 5);  // token 0 kept, these refill the second sink and compress the rest
+  TurboQuantKVCache fresh(H, D, o);
+  Fetched kept = fetch_all(cache);
+  std::vector<float> k2(6 * D), v2(6 * D);
+  std::copy(kept.keys.begin(), kept.keys.begin() + D, k2.begin());
+  std::copy(kept.values.begin(), kept.values.begin() + D, v2.begin());
+  std::copy(k.begin(), k.end(), k2.begin() + D);
+  std::copy(v.begin(), v.end(), v2.begin() + D);
+  fresh.append(k2, v2, 6);
+  expect_identical(cache, fresh);
 }
 
 TEST(TurboQuantKVCache, RegionsFillInOrder) {
@@ -335,6 +439,14 @@ TEST(TurboQuantKVCache, NbytesFormula) {
   o.key_codec = TurboQuantCodecKind::prod;
   TurboQuantKVCache prod(H, D, o);
   EXPECT_EQ(prod.key_code_size(), 32u + 4 + 16 + 4);  // 2-bit mse + fp32 norm + QJL signs + gamma
+  // Centering adds its two means per head once a token is compressed.
+  auto c = opts(3, 3, 0, 2, 16);
+  c.center = true;
+  TurboQuantKVCache centered(H, D, c);
+  centered.append(std::span<const float>(x).first(H * 2 * D), std::span<const float>(x).first(H * 2 * D), 2);
+  EXPECT_EQ(centered.nbytes(), H * 2 * D * 8u);  // the sinks only
+  centered.append(std::span<const float>(x).first(H * 3 * D), std::span<const float>(x).first(H * 3 * D), 3);
+  EXPECT_EQ(centered.nbytes(), H * (3 * 2 * (48u + 2) + 2 * D * 8 + 2 * D * 4));
 }
 
 double compression_vs_fp16(int D, double bits) {

@@ -35,6 +35,7 @@ std::string describe(const std::map<std::string, std::string>& meta) {
     if (get(meta, "sinks", "0") != "0") s += ", sinks " + get(meta, "sinks");
     if (get(meta, "fp32_norm") == "true") s += ", fp32 norms";
     if (get(meta, "norm_correction") == "true") s += ", norm corr.";
+    if (get(meta, "center", "false") == "true") s += ", centered";
     return s;
   }
   if (meta.count("bits")) return "bits " + get(meta, "bits");

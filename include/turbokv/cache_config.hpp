@@ -10,8 +10,9 @@
 //                                         ((B-1)-bit MSE + 1-bit QJL), values B-bit MSE
 //     each TurboQuant name may continue with  s<N>  (first N tokens exact, "sinks") then
 //     w<N>  (newest N tokens exact, "window"), then any of the flags
-//     -nc (norm correction), -f32n (fp32 norms), -haar (dense Haar rotation):
-//     e.g. tq3w64, tq3s4w64, k4v2-nc, tq4-f32n-nc
+//     -nonc (no norm correction; it is on by default, -nc says so explicitly), -ctr (exact
+//     centering on the sinks' mean, needs s<N>), -f32n (fp32 norms), -haar (dense Haar
+//     rotation): e.g. tq3w64, tq3s4w64, k4v2-nonc, tq4s8-ctr, tq4-f32n
 //   q8_0 | q4_0 | q8_0h | q4_0h           llama.cpp block types; h = Hadamard-rotated rows
 //   kivi2 | kivi4 [r<N>]                  KIVI, residual N recent tokens (default 32)
 //   affine4 | affine8 | affine2           mlx-lm QuantizedKVCache, group 64

@@ -32,7 +32,8 @@
 // Memory accounting (nbytes(), exact, what the cache holds; scratch, the shared codebooks and
 // rotation matrices excluded):
 //   nbytes = kv_heads * ( compressed_size() * (key_code_size() + value_code_size())
-//                         + (n_sinks() + window_size()) * head_dim * 4 * 2 ).
+//                         + (n_sinks() + window_size()) * head_dim * 4 * 2
+//                         + (centered and compressed_size() > 0 ? head_dim * 4 * 2 : 0) ).
 // With mse codecs and fp16 norms, code_size = ceil(head_dim*bits/8) + 2 (per group packing, see
 // codec.hpp), so at head_dim 128, 3 bits a token costs 2*(48+2) bytes per head vs 512 at fp16.
 // allocated_bytes() adds the unused tail of the last page and window/sink capacity.
@@ -83,9 +84,19 @@ struct TurboQuantCacheOptions {
   RotationKind rotation = RotationKind::hadamard;
   uint64_t seed = 0x7475726b6f6b76ULL;  // keys use seed, values seed+1
   bool fp32_norm = false;
-  bool norm_correction = false;
+  // Rescales each stored norm so the decoded vector has the input's norm (the codebook's
+  // centroids shrink a vector); lowers logit KL by a third on kjv-llama-3M at 2-4 bits, so it
+  // is the default (docs/benchmarks.md).
+  bool norm_correction = true;
   size_t window = 0;  // the newest `window` tokens kept exact (f32)
   size_t sinks = 0;   // the first `sinks` tokens kept exact (f32)
+  // Exact centering (needs sinks >= 1): once the sinks are filled, their per-head mean key and
+  // mean value are kept, and every compressed key and value is stored minus that mean, so the
+  // codec sees only what differs from the common component. Attention stays exact: a fixed
+  // vector added to every key moves all scores by the same q.mean_k (the fused path adds it to
+  // the compressed tokens' scores), and the value mean comes back weighted by the compressed
+  // tokens' softmax mass. fetch() adds the means back.
+  bool center = false;
   size_t page_tokens = 256;
 };
 
@@ -137,6 +148,10 @@ class TurboQuantKVCache : public KVCache {
   const TurboQuantMse& value_codec() const { return *value_mse_; }
   size_t key_code_size() const { return key_code_size_; }
   size_t value_code_size() const { return value_code_size_; }
+  // The per-head means subtracted from compressed keys / values ([head_dim] floats), or nullptr
+  // without centering. Zero until the sinks are filled (no token is compressed before that).
+  const float* key_center(int head) const;
+  const float* value_center(int head) const;
 
   size_t allocated_bytes() const;
 
@@ -152,6 +167,9 @@ class TurboQuantKVCache : public KVCache {
   void evict_window(size_t count);
   void add_page();
   void append_checked(const float* keys, const float* values, size_t n_tokens);
+  // Encodes n rows (keys or values of one head) into out, minus the head's mean if centering.
+  void encode_rows(bool value, int head, const float* x, size_t n, uint8_t* out) const;
+  void update_centers();
 
   int kv_heads_;
   int head_dim_;
@@ -169,6 +187,7 @@ class TurboQuantKVCache : public KVCache {
   size_t window_capacity_ = 0;  // slots per head in the window buffers (grown on demand)
   std::vector<float> sink_buf_[2];    // [keys|values] -> [kv_heads][options.sinks][head_dim]
   std::vector<float> window_buf_[2];  // [keys|values] -> [kv_heads][window_capacity_][head_dim]
+  std::vector<float> center_buf_[2];  // [keys|values] -> [kv_heads][head_dim] (center only)
   std::vector<std::unique_ptr<Page>> pages_;
 };
 

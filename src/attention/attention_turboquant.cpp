@@ -4,6 +4,8 @@
 //   score(q, k)  = s_k <R q, c[idx_k]>                       (mse keys)
 //                + gamma_k sqrt(pi/2)/d <S R q, sign_k>        (prod keys: the QJL term)
 //   out          = R_v^T (sum_t p_t s_v,t c[idx_v,t]) / l      (+ exact window/sink terms)
+// A centered cache stores k - mean_k and v - mean_v: compressed scores then get + <q, mean_k>,
+// and mean_v is added to the original-basis accumulator with the compressed tokens' weight.
 // Each query is rotated (and, for prod keys, projected by S) once; value codes are accumulated
 // in the values' rotated basis with weight softmax * norm and un-rotated once per row at the
 // end. Sinks and the recent window are float32 and attended exactly in the same online-softmax
@@ -197,6 +199,17 @@ class TurboQuantSource : public BlockSource {
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
     float key_norm[kBlockTokens], value_norm[kBlockTokens], gamma[kBlockTokens];
+    const float* key_center = cache_.key_center(head);
+    const float* value_center = cache_.value_center(head);
+    float q_dot_center[kMaxRows] = {};
+    if (key_center != nullptr) {
+      for (int r = 0; r < tile.rows; ++r) {
+        const float* q = tile.q + r * tile.q_width + q_orig_;
+        double dot = 0.0;
+        for (int j = 0; j < dim_; ++j) dot += static_cast<double>(q[j]) * key_center[j];
+        q_dot_center[r] = static_cast<float>(dot);
+      }
+    }
     size_t t = begin;
     while (t < end) {
       const size_t c = t - n_sinks;  // index within the compressed region
@@ -219,7 +232,8 @@ class TurboQuantSource : public BlockSource {
           for (size_t i = 0; i < n; ++i) key_norm[i] = read_norm(kr + i * kcs + key_layout_.norm_offset, key_layout_.fp32_norm);
           if (!qjl_) {
             for (int r = 0; r < tile.rows; ++r) {
-              for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] *= key_norm[i];
+              const float shift = q_dot_center[r];
+              for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
             }
             return;
           }
@@ -232,7 +246,7 @@ class TurboQuantSource : public BlockSource {
           for (int r = 0; r < tile.rows; ++r) {
             for (size_t i = 0; i < n; ++i) {
               s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] +
-                                        gamma[i] * correction[r * kBlockTokens + i];
+                                        gamma[i] * correction[r * kBlockTokens + i] + q_dot_center[r];
             }
           }
         };
@@ -241,6 +255,14 @@ class TurboQuantSource : public BlockSource {
           float* w = tile.weights;
           for (int r = 0; r < tile.rows; ++r) {
             for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
+          }
+          if (value_center != nullptr) {
+            for (int r = 0; r < tile.rows; ++r) {
+              float mass = 0.0f;
+              for (size_t i = 0; i < n; ++i) mass += p[r * kBlockTokens + i];
+              float* exact = tile.acc.data() + r * tile.acc_width + acc_orig_;
+              for (int j = 0; j < dim_; ++j) exact[j] += mass * value_center[j];
+            }
           }
           for (int g = 0; g < n_value_groups_; ++g) {
             k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],

@@ -41,7 +41,7 @@ KVConfigSpec parse_turboquant(const std::string& name) {
   size_t pos = 0;
   double a = 0, b = 0;
   const auto bad = [&](const char* why) {
-    detail::fail("configuration '{}': {} (expected e.g. tq3, k4v2, prod3, tq3s4w64, tq3-nc)",
+    detail::fail("configuration '{}': {} (expected e.g. tq3, k4v2, prod3, tq3s4w64, tq3s4-ctr)",
                  name, why);
   };
   if (starts_with(name, "tq")) {
@@ -75,14 +75,19 @@ KVConfigSpec parse_turboquant(const std::string& name) {
     if (name[pos] != '-') bad("unexpected characters");
     const size_t end = std::min(name.find('-', pos + 1), name.size());
     const std::string flag = name.substr(pos + 1, end - pos - 1);
-    if (flag == "nc") {
+    if (flag == "nc") {  // the default since norm correction measured best; kept for old names
       tq.norm_correction = true;
+    } else if (flag == "nonc") {
+      tq.norm_correction = false;
+    } else if (flag == "ctr") {
+      tq.center = true;
     } else if (flag == "f32n") {
       tq.fp32_norm = true;
     } else if (flag == "haar") {
       tq.rotation = RotationKind::haar;
     } else {
-      detail::fail("configuration '{}': unknown flag '-{}' (known: -nc, -f32n, -haar)", name, flag);
+      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar)",
+                   name, flag);
     }
     pos = end;
   }
@@ -90,12 +95,16 @@ KVConfigSpec parse_turboquant(const std::string& name) {
                 "configuration '{}': bit widths must be in [1, 8]", name);
   TURBOKV_CHECK(tq.key_codec != TurboQuantCodecKind::prod || tq.key_bits >= 2,
                 "configuration '{}': the prod codec needs at least 2 bits", name);
+  TURBOKV_CHECK(!tq.center || tq.sinks >= 1,
+                "configuration '{}': -ctr centers on the sinks' mean and needs s<N> with N >= 1",
+                name);
   std::string d = fmt::format("TurboQuant keys {} {}, values {}", bits_text(tq.key_bits),
                               tq.key_codec == TurboQuantCodecKind::prod ? "prod" : "mse",
                               bits_text(tq.value_bits));
   if (tq.sinks > 0) d += fmt::format(", {} sinks exact", tq.sinks);
   if (tq.window > 0) d += fmt::format(", newest {} exact", tq.window);
-  if (tq.norm_correction) d += ", norm correction";
+  if (!tq.norm_correction) d += ", no norm correction";
+  if (tq.center) d += ", centered on the sinks' mean";
   if (tq.fp32_norm) d += ", fp32 norms";
   if (tq.rotation == RotationKind::haar) d += ", Haar rotation";
   spec.description = d;
@@ -211,7 +220,7 @@ KVConfigSpec parse_kv_config(const std::string& name) {
     return parse_turboquant(name);
   }
   detail::fail("unknown configuration '{}' (known: dense16, dense32, tq<bits>, k<bits>v<bits>, "
-               "prod<bits>, [s<N>][w<N>][-nc][-f32n][-haar], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
+               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
                "kivi4, affine4, affine8, or kind:key=value,...)",
                name);
 }

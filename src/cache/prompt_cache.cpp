@@ -86,6 +86,8 @@ CacheConfig parse_cache_config(const std::string& spec) {
         tq.fp32_norm = parse_flag(key, value);
       } else if (key == "norm_correction") {
         tq.norm_correction = parse_flag(key, value);
+      } else if (key == "center") {
+        tq.center = parse_flag(key, value);
       } else if (key == "window") {
         tq.window = parse_number<size_t>(key, value);
       } else if (key == "sinks") {
@@ -119,6 +121,7 @@ std::string format_cache_config(const CacheConfig& c) {
     items.push_back(fmt::format("norm_correction={}", t.norm_correction ? 1 : 0));
     items.push_back(fmt::format("window={}", t.window));
     items.push_back(fmt::format("sinks={}", t.sinks));
+    if (t.center) items.push_back("center=1");
     items.push_back(fmt::format("page_tokens={}", t.page_tokens));
   } else {
     for (const auto& [k, v] : c.options) items.push_back(k + "=" + v);

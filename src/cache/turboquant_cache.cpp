@@ -90,20 +90,28 @@ TurboQuantKVCache::TurboQuantKVCache(int kv_heads, int head_dim,
                 "TurboQuantKVCache: {} sinks of {} kv heads x {} would take more than {} MiB of "
                 "exact storage", options.sinks, kv_heads, head_dim, kMaxSinkBytes >> 20);
   for (auto& buf : sink_buf_) buf.resize(static_cast<size_t>(kv_heads) * options.sinks * head_dim);
+  TURBOKV_CHECK(!options.center || options.sinks >= 1,
+                "TurboQuantKVCache: centering needs at least one sink token (its mean is taken from "
+                "the sinks)");
+  if (options.center) {
+    for (auto& buf : center_buf_) buf.assign(static_cast<size_t>(kv_heads) * head_dim, 0.0f);
+  }
 }
 
 TurboQuantKVCache::~TurboQuantKVCache() = default;
 
 size_t TurboQuantKVCache::nbytes() const {
   const size_t exact = (n_sinks_ + window_size_) * static_cast<size_t>(head_dim_) * 4 * 2;
+  // A centered cache's two means decode every compressed token, so they count once any is held.
+  const size_t means = options_.center && compressed_size_ > 0 ? static_cast<size_t>(head_dim_) * 4 * 2 : 0;
   return static_cast<size_t>(kv_heads_) *
-         (compressed_size_ * (key_code_size_ + value_code_size_) + exact);
+         (compressed_size_ * (key_code_size_ + value_code_size_) + exact + means);
 }
 
 size_t TurboQuantKVCache::allocated_bytes() const {
   size_t total = pages_.size() * kv_heads_ * (head_stride_bytes(false) + head_stride_bytes(true));
   for (int i = 0; i < 2; ++i) {
-    total += (sink_buf_[i].size() + window_buf_[i].size()) * sizeof(float);
+    total += (sink_buf_[i].size() + window_buf_[i].size() + center_buf_[i].size()) * sizeof(float);
   }
   return total;
 }
@@ -187,16 +195,60 @@ void TurboQuantKVCache::compress(const float* keys, const float* values, size_t 
       const float* v = values + h * head_stride + done * d;
       uint8_t* kc = codes_ptr(page, h, false) + slot * key_code_size_;
       uint8_t* vc = codes_ptr(page, h, true) + slot * value_code_size_;
-      if (key_prod_) {
-        key_prod_->encode(k, n, kc);
-      } else {
-        key_mse_->encode(k, n, kc);
-      }
-      value_mse_->encode(v, n, vc);
+      encode_rows(false, h, k, n, kc);
+      encode_rows(true, h, v, n, vc);
     }
     done += n;
   }
   compressed_size_ += count;
+}
+
+void TurboQuantKVCache::encode_rows(bool value, int head, const float* x, size_t n,
+                                    uint8_t* out) const {
+  std::vector<float> centered;
+  if (options_.center) {
+    const size_t d = head_dim_;
+    const float* mean = center_buf_[value ? 1 : 0].data() + static_cast<size_t>(head) * d;
+    centered.resize(n * d);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < d; ++j) centered[i * d + j] = x[i * d + j] - mean[j];
+    }
+    x = centered.data();
+  }
+  if (value) {
+    value_mse_->encode(x, n, out);
+  } else if (key_prod_) {
+    key_prod_->encode(x, n, out);
+  } else {
+    key_mse_->encode(x, n, out);
+  }
+}
+
+void TurboQuantKVCache::update_centers() {
+  const size_t d = head_dim_;
+  for (int which = 0; which < 2; ++which) {
+    for (int h = 0; h < kv_heads_; ++h) {
+      const float* sinks = sink_ptr(which == 1, h);
+      float* mean = center_buf_[which].data() + static_cast<size_t>(h) * d;
+      for (size_t j = 0; j < d; ++j) {
+        double sum = 0.0;
+        for (size_t t = 0; t < n_sinks_; ++t) sum += sinks[t * d + j];
+        mean[j] = static_cast<float>(sum / static_cast<double>(n_sinks_));
+      }
+    }
+  }
+}
+
+const float* TurboQuantKVCache::key_center(int head) const {
+  if (!options_.center) return nullptr;
+  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
+  return center_buf_[0].data() + static_cast<size_t>(head) * head_dim_;
+}
+
+const float* TurboQuantKVCache::value_center(int head) const {
+  if (!options_.center) return nullptr;
+  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
+  return center_buf_[1].data() + static_cast<size_t>(head) * head_dim_;
 }
 
 void TurboQuantKVCache::evict_window(size_t count) {
@@ -299,6 +351,7 @@ void TurboQuantKVCache::append_checked(const float* keys, const float* values, s
     }
     n_sinks_ += m;
     first = m;
+    if (options_.center && n_sinks_ == options_.sinks) update_centers();
   }
   const size_t rest = n_tokens - first;
   if (rest == 0) return;
@@ -319,12 +372,8 @@ void TurboQuantKVCache::append_checked(const float* keys, const float* values, s
     for (int h = 0; h < kv_heads_; ++h) {
       const float* k = keys + h * head_stride + (first + from_input) * d;
       const float* v = values + h * head_stride + (first + from_input) * d;
-      if (key_prod_) {
-        key_prod_->encode(k, to_window, scratch.data());
-      } else {
-        key_mse_->encode(k, to_window, scratch.data());
-      }
-      value_mse_->encode(v, to_window, scratch.data());
+      encode_rows(false, h, k, to_window, scratch.data());
+      encode_rows(true, h, v, to_window, scratch.data());
     }
     push_window(keys + (first + from_input) * d, values + (first + from_input) * d, head_stride,
                 to_window);
@@ -371,6 +420,16 @@ void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) co
       }
       value_mse_->decode(codes_ptr(p, h, true), m, v + t * d);
       t += m;
+    }
+    if (options_.center) {
+      const float* mk = key_center(h);
+      const float* mv = value_center(h);
+      for (size_t i = n_sinks_; i < n_sinks_ + compressed_size_; ++i) {
+        for (size_t j = 0; j < d; ++j) {
+          k[i * d + j] += mk[j];
+          v[i * d + j] += mv[j];
+        }
+      }
     }
     if (window_size_ > 0) {
       std::memcpy(k + t * d, window_keys(h), window_size_ * d * sizeof(float));

@@ -9,6 +9,9 @@
 //   key_codes                  U8  [kv_heads][compressed][key_code_size]
 //   value_codes                U8  [kv_heads][compressed][value_code_size]
 //   window_keys, window_values F32 [kv_heads][window_size][head_dim]
+// and, for a centered cache only (metadata center=true), key_center, value_center F32
+// [kv_heads][head_dim]: the means subtracted before encoding. A build without centering rejects
+// such a file (unknown tensors) instead of decoding it without the means.
 // The checksums hash the codec's rotation checksum and its codebooks' checksums, so a file
 // whose codes would decode differently on this build is rejected instead of silently misread.
 #include <cmath>
@@ -95,6 +98,15 @@ CacheState TurboQuantKVCache::save_state() const {
   codes("value_codes", true);
   exact("window_keys", window_size_, [&](int h) { return window_keys(h); });
   exact("window_values", window_size_, [&](int h) { return window_values(h); });
+  if (o.center) {
+    state.metadata["center"] = "true";
+    for (int which = 0; which < 2; ++which) {
+      TensorBlob blob{which == 0 ? "key_center" : "value_center", "F32", {H, D}, {}};
+      blob.data.resize(center_buf_[which].size() * sizeof(float));
+      std::memcpy(blob.data.data(), center_buf_[which].data(), blob.data.size());
+      state.tensors.push_back(std::move(blob));
+    }
+  }
   return state;
 }
 
@@ -114,6 +126,7 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   o.seed = meta_u64(state, "seed");
   o.fp32_norm = meta_bool(state, "fp32_norm");
   o.norm_correction = meta_bool(state, "norm_correction");
+  o.center = state.metadata.count("center") > 0 && meta_bool(state, "center");
   o.window = static_cast<size_t>(meta_int(state, "window", 0, int64_t{1} << 24));
   o.sinks = static_cast<size_t>(meta_int(state, "sinks", 0, int64_t{1} << 24));
   o.page_tokens = static_cast<size_t>(meta_int(state, "page_tokens", 1, 65536));
@@ -146,8 +159,13 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
                 "TurboQuantKVCache: value codec checksum mismatch: the codebook or rotation of "
                 "this build differs from the one that wrote the file");
 
-  check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
-                             "window_keys", "window_values"});
+  if (o.center) {
+    check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
+                               "window_keys", "window_values", "key_center", "value_center"});
+  } else {
+    check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
+                               "window_keys", "window_values"});
+  }
   const int64_t H = kv_heads, D = head_dim;
   const size_t d = head_dim;
   const auto& sk = find_tensor(state, "sink_keys", "F32", {H, static_cast<int64_t>(n_sinks), D});
@@ -157,8 +175,15 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   const auto& wk = find_tensor(state, "window_keys", "F32", {H, static_cast<int64_t>(window_size), D});
   const auto& wv = find_tensor(state, "window_values", "F32", {H, static_cast<int64_t>(window_size), D});
 
-  // Exact tokens are never re-encoded; reject non-finite ones as append() would have.
-  for (const TensorBlob* t : {&sk, &sv, &wk, &wv}) {
+  const TensorBlob* centers[2] = {nullptr, nullptr};
+  if (o.center) {
+    centers[0] = &find_tensor(state, "key_center", "F32", {H, D});
+    centers[1] = &find_tensor(state, "value_center", "F32", {H, D});
+  }
+  // Exact tokens are never re-encoded; reject non-finite ones as append() would have (and
+  // non-finite means, which decode would add to every compressed token).
+  for (const TensorBlob* t : {&sk, &sv, &wk, &wv, centers[0], centers[1]}) {
+    if (t == nullptr) continue;
     for (size_t i = 0; i < t->data.size(); i += 4) {
       float x;
       std::memcpy(&x, t->data.data() + i, 4);
@@ -185,6 +210,10 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
     std::memcpy(cache->sink_ptr(true, h), sv.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
   }
   cache->n_sinks_ = n_sinks;
+  for (int which = 0; which < 2 && o.center; ++which) {
+    std::memcpy(cache->center_buf_[which].data(), centers[which]->data.data(),
+                centers[which]->data.size());
+  }
   // Codes go straight into pages (no re-encoding: bit-exact by construction).
   const size_t pt = o.page_tokens;
   for (size_t first = 0; first < compressed; first += pt) {
