@@ -512,7 +512,7 @@ TURBOKV_INLINE void store_row_sums(const __m256* v, float* out) {
 // Scores of 4-bit groups: one token at a time, 32 codes per shuffle decode, R query rows (two
 // accumulators per row when R <= 4 to halve the FMA dependency chains); chunks past the last
 // full 32 go through the generic per-chunk decode (same order). kBlocks > 0 fixes the number of
-// 32-code blocks at compile time (head_dim 128) so the block loop unrolls.
+// 32-code blocks at compile time (head_dim 64 and 128) so the block loop unrolls.
 template <int R, int kBlocks = 0>
 void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_size, size_t n,
                 const CodeGroup& g, float* scores, size_t ld, bool add) {
@@ -605,6 +605,7 @@ void group_dots_bits<4>(const float* q, size_t qs, int rows, const uint8_t* reco
       case 8: dots4_tile<8>(qr, qs, records, code_size, n, g, sr, ld, add); break;
       case 4:
         if (g.dims == 128) dots4_tile<4, 4>(qr, qs, records, code_size, n, g, sr, ld, add);
+        else if (g.dims == 64) dots4_tile<4, 2>(qr, qs, records, code_size, n, g, sr, ld, add);
         else dots4_tile<4>(qr, qs, records, code_size, n, g, sr, ld, add);
         break;
       case 2: dots4_tile<2>(qr, qs, records, code_size, n, g, sr, ld, add); break;
