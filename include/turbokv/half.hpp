@@ -38,6 +38,9 @@ inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | (rounded >> 13));
 }
 
+// False for the fp16 Inf and NaN encodings (exponent bits all ones).
+inline bool half_is_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
+
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;

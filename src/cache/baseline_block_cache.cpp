@@ -147,7 +147,7 @@ void BlockQuantKVCache::encode_rows(const float* rows, size_t n, uint8_t* out,
   const size_t bb = block_bytes(options_.format);
   for (size_t b = 0; b < values / kGgmlBlockValues; ++b) {
     const uint16_t d = static_cast<uint16_t>(out[b * bb] | (out[b * bb + 1] << 8));
-    TURBOKV_CHECK(baseline::half_is_finite(d),
+    TURBOKV_CHECK(half_is_finite(d),
                   "{}: a block's scale overflows fp16 (input magnitude too large)", class_name());
   }
 }
@@ -258,7 +258,7 @@ std::unique_ptr<BlockQuantKVCache> BlockQuantKVCache::from_state(const CacheStat
   for (int which = 0; which < 2; ++which) {
     for (const auto& v : which == 0 ? cache->keys_ : cache->values_) {
       for (size_t off = 0; off < v.size(); off += bb) {
-        TURBOKV_CHECK(baseline::half_is_finite(static_cast<uint16_t>(v[off] | (v[off + 1] << 8))),
+        TURBOKV_CHECK(half_is_finite(static_cast<uint16_t>(v[off] | (v[off + 1] << 8))),
                       "cache state: non-finite block scale in {} {}", cls,
                       which == 0 ? "keys" : "values");
       }

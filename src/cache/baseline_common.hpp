@@ -60,7 +60,6 @@ inline float load_half(const uint8_t* p) {
   return half_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8)));
 }
 
-inline bool half_is_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
 
 // LSB-first packing (the layout of turbokv/packing.hpp) of n codes of 1..8 bits; out must hold
 // ceil(n * bits / 8) bytes and is fully overwritten.

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/check.hpp"
+#include "turbokv/half.hpp"
 
 namespace turbokv::detail {
 
@@ -17,6 +19,23 @@ size_t dtype_size(const std::string& dtype) {
   if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
   if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
   return 0;
+}
+
+size_t first_non_finite(const TensorBlob& blob) {
+  if (blob.dtype == "F16") {
+    for (size_t i = 0; i + 2 <= blob.data.size(); i += 2) {
+      uint16_t h;
+      std::memcpy(&h, blob.data.data() + i, sizeof h);
+      if (!half_is_finite(h)) return i / 2;
+    }
+  } else if (blob.dtype == "F32") {
+    for (size_t i = 0; i + 4 <= blob.data.size(); i += 4) {
+      float x;
+      std::memcpy(&x, blob.data.data() + i, sizeof x);
+      if (!std::isfinite(x)) return i / 4;
+    }
+  }
+  return SIZE_MAX;
 }
 
 size_t checked_elements(const std::vector<int64_t>& shape, const std::string& what) {

@@ -32,6 +32,10 @@ std::string format_double(double value);
 const TensorBlob& find_tensor(const CacheState& state, const std::string& name,
                               const std::string& dtype, const std::vector<int64_t>& shape);
 
+// Index of the first NaN/Inf element of an F16 or F32 tensor, SIZE_MAX if it has none (other
+// dtypes: SIZE_MAX). Loaders use it to keep non-finite stored values out of a cache.
+size_t first_non_finite(const TensorBlob& blob);
+
 // Throws unless `state` holds exactly the tensors named in `names` (no unknown extras).
 void check_tensor_names(const CacheState& state, const std::vector<std::string>& names);
 

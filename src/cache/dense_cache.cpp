@@ -220,28 +220,6 @@ size_t DenseKVCache::trim(size_t n) {
   return dropped;
 }
 
-namespace {
-
-// Index of the first NaN/Inf element of raw F16 or F32 data, SIZE_MAX if none.
-size_t first_non_finite(const std::vector<uint8_t>& data, DenseDtype dtype) {
-  if (dtype == DenseDtype::f16) {
-    for (size_t i = 0; i + 2 <= data.size(); i += 2) {
-      uint16_t h;
-      std::memcpy(&h, data.data() + i, sizeof h);
-      if ((h & 0x7c00u) == 0x7c00u) return i / 2;
-    }
-  } else {
-    for (size_t i = 0; i + 4 <= data.size(); i += 4) {
-      uint32_t u;
-      std::memcpy(&u, data.data() + i, sizeof u);
-      if ((u & 0x7f800000u) == 0x7f800000u) return i / 4;
-    }
-  }
-  return SIZE_MAX;
-}
-
-}  // namespace
-
 // Saved state: metadata {class, kv_heads, head_dim, dtype, page_tokens, tokens, and
 // allow_non_finite = "1" only for a cache that opted in} and tensors "keys", "values":
 // [kv_heads][tokens][head_dim] F16 or F32 (pages concatenated per head).
@@ -297,7 +275,7 @@ std::unique_ptr<DenseKVCache> DenseKVCache::from_state(const CacheState& state) 
   const bool allow_non_finite = opt_in != state.metadata.end() && opt_in->second == "1";
   if (!allow_non_finite) {
     for (const TensorBlob* blob : {&keys, &values}) {
-      const size_t bad = first_non_finite(blob->data, dtype);
+      const size_t bad = detail::first_non_finite(*blob);
       TURBOKV_CHECK(bad == SIZE_MAX,
                     "DenseKVCache: stored {} element {} is NaN/Inf, and the file does not record "
                     "the allow_non_finite opt-in", blob->name, bad);

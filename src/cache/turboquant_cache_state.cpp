@@ -183,13 +183,8 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   // Exact tokens are never re-encoded; reject non-finite ones as append() would have (and
   // non-finite means, which decode would add to every compressed token).
   for (const TensorBlob* t : {&sk, &sv, &wk, &wv, centers[0], centers[1]}) {
-    if (t == nullptr) continue;
-    for (size_t i = 0; i < t->data.size(); i += 4) {
-      float x;
-      std::memcpy(&x, t->data.data() + i, 4);
-      TURBOKV_CHECK(std::isfinite(x), "TurboQuantKVCache: tensor '{}' holds a non-finite value",
-                    t->name);
-    }
+    TURBOKV_CHECK(t == nullptr || first_non_finite(*t) == SIZE_MAX,
+                  "TurboQuantKVCache: tensor '{}' holds a non-finite value", t->name);
   }
   // Codes decode to scale * centroids: a non-finite stored norm would load a poisoned cache.
   auto check_norms = [](const TensorBlob& blob, const CodeLayout& layout) {

@@ -85,7 +85,7 @@ void store_norm(uint8_t* field, float value, bool fp32) {
     return;
   }
   const uint16_t half = float_to_half(value);
-  TURBOKV_CHECK((half & 0x7c00u) != 0x7c00u,
+  TURBOKV_CHECK(half_is_finite(half),
                 "TurboQuant encode: norm {} exceeds the fp16 range (set fp32_norm)", value);
   std::memcpy(field, &half, sizeof half);
 }
