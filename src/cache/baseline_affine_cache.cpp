@@ -50,10 +50,7 @@ std::string AffineKVCache::shape_problem(int head_dim, const AffineOptions& opti
 
 AffineKVCache::AffineKVCache(int kv_heads, int head_dim, const AffineOptions& options)
     : kv_heads_(kv_heads), head_dim_(head_dim), options_(options) {
-  TURBOKV_CHECK(kv_heads >= 1 && kv_heads <= 4096, "AffineKVCache: kv_heads must be in "
-                "[1, 4096], got {}", kv_heads);
-  TURBOKV_CHECK(head_dim >= 1 && head_dim <= 8192, "AffineKVCache: head_dim must be in "
-                "[1, 8192], got {}", head_dim);
+  baseline::check_shape("AffineKVCache", kv_heads, head_dim);
   TURBOKV_CHECK(options.bits == 2 || options.bits == 4 || options.bits == 8,
                 "AffineKVCache: bits must be 2, 4 or 8, got {}", options.bits);
   TURBOKV_CHECK(options.group_size == 32 || options.group_size == 64 || options.group_size == 128,

@@ -113,10 +113,7 @@ std::string BlockQuantKVCache::shape_problem(int head_dim, const BlockQuantOptio
 
 BlockQuantKVCache::BlockQuantKVCache(int kv_heads, int head_dim, const BlockQuantOptions& options)
     : kv_heads_(kv_heads), head_dim_(head_dim), options_(options) {
-  TURBOKV_CHECK(kv_heads >= 1 && kv_heads <= 4096, "BlockQuantKVCache: kv_heads must be in "
-                "[1, 4096], got {}", kv_heads);
-  TURBOKV_CHECK(head_dim >= 1 && head_dim <= 8192, "BlockQuantKVCache: head_dim must be in "
-                "[1, 8192], got {}", head_dim);
+  baseline::check_shape("BlockQuantKVCache", kv_heads, head_dim);
   const std::string problem = shape_problem(head_dim, options);
   TURBOKV_CHECK(problem.empty(), "BlockQuantKVCache: {}", problem);
   row_bytes_ = static_cast<size_t>(head_dim / kGgmlBlockValues) * block_bytes(options.format);

@@ -18,6 +18,14 @@ namespace turbokv::baseline {
 
 inline constexpr float kHalfMax = 65504.0f;
 
+// The shape bounds every baseline constructor enforces (as DenseKVCache does).
+inline void check_shape(const char* cls, int kv_heads, int head_dim) {
+  TURBOKV_CHECK(kv_heads >= 1 && kv_heads <= 4096, "{}: kv_heads must be in [1, 4096], got {}",
+                cls, kv_heads);
+  TURBOKV_CHECK(head_dim >= 1 && head_dim <= 8192, "{}: head_dim must be in [1, 8192], got {}",
+                cls, head_dim);
+}
+
 // Throws unless keys/values hold kv_heads * n_tokens * head_dim finite floats each; with
 // half_range, also unless every |x| <= 65504 (parts of the format hold raw fp16 values).
 inline void check_append_input(const char* cls, std::span<const float> keys,

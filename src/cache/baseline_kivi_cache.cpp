@@ -52,10 +52,7 @@ std::string KiviKVCache::shape_problem(int head_dim, const KiviOptions& options)
 
 KiviKVCache::KiviKVCache(int kv_heads, int head_dim, const KiviOptions& options)
     : kv_heads_(kv_heads), head_dim_(head_dim), options_(options) {
-  TURBOKV_CHECK(kv_heads >= 1 && kv_heads <= 4096, "KiviKVCache: kv_heads must be in [1, 4096], "
-                "got {}", kv_heads);
-  TURBOKV_CHECK(head_dim >= 1 && head_dim <= 8192, "KiviKVCache: head_dim must be in [1, 8192], "
-                "got {}", head_dim);
+  baseline::check_shape("KiviKVCache", kv_heads, head_dim);
   TURBOKV_CHECK(options.bits >= 1 && options.bits <= 8, "KiviKVCache: bits must be in [1, 8], "
                 "got {}", options.bits);
   TURBOKV_CHECK(options.group_size >= 1 && options.group_size <= 1024,
