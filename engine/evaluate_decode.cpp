@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <memory>
 
 #include "engine/forward.hpp"
@@ -14,6 +13,7 @@
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/prng.hpp"
 #include "turbokv/synthetic_kv.hpp"
+#include "turbokv/timing.hpp"
 
 namespace turbokv::engine {
 
@@ -29,12 +29,6 @@ struct Entry {
   std::vector<KVCache*> layers;
   std::vector<double> wall_seconds, cpu_seconds;
 };
-
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 // Appends `n` tokens of `block` (head-major [kv_heads][block_tokens][head_dim]) to every layer.
 void append_prefix(const SyntheticKV& block, size_t n, std::vector<KVCache*>& layers, std::vector<float>& k,
@@ -53,13 +47,6 @@ void append_prefix(const SyntheticKV& block, size_t n, std::vector<KVCache*>& la
     std::copy_n(block.values.begin() + static_cast<std::ptrdiff_t>(src), n * hd, v.begin() + static_cast<std::ptrdiff_t>(dst));
   }
   for (KVCache* c : layers) c->append(k, v, n);
-}
-
-double median(std::vector<double> x) {
-  if (x.empty()) return 0.0;
-  std::sort(x.begin(), x.end());
-  const size_t m = x.size() / 2;
-  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
 }
 
 }  // namespace

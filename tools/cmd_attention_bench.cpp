@@ -9,8 +9,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -25,6 +23,7 @@
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/synthetic_kv.hpp"
+#include "turbokv/timing.hpp"
 #include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv::tools {
@@ -45,29 +44,10 @@ struct BenchOptions {
   bool json = false;
 };
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// CPU seconds used by the whole process (all threads). On a machine shared with other jobs a
-// decode step's wall time mostly measures the scheduler; CPU time / threads is what the step
-// would take on otherwise idle cores (the pool's waiting threads sleep, they do not spin).
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 struct Timing {
   double wall_ms = 0;
   double cpu_ms = 0;  // process CPU time / threads
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Last-level cache size from sysfs (index3 = L3 on x86); 32 MiB if unreadable.
 size_t last_level_cache_bytes() {
@@ -96,7 +76,7 @@ Timing read_bandwidth_time(size_t bytes, int threads, double* bytes_read) {
   std::vector<uint64_t> sinks(threads);
   auto pass = [&] {
     std::vector<std::thread> workers;
-    const double start = now_seconds();
+    const double start = monotonic_seconds();
     const double cpu_start = process_cpu_seconds();
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
@@ -114,7 +94,7 @@ Timing read_bandwidth_time(size_t bytes, int threads, double* bytes_read) {
       });
     }
     for (auto& w : workers) w.join();
-    return std::make_pair(now_seconds() - start, (process_cpu_seconds() - cpu_start) / threads);
+    return std::make_pair(monotonic_seconds() - start, (process_cpu_seconds() - cpu_start) / threads);
   };
   pass();
   std::vector<double> wall, cpu;
@@ -207,7 +187,7 @@ int run_bench(const BenchOptions& o) {
   std::vector<float> out(out_size);
   // One decode step over every layer; returns seconds per layer.
   auto step = [&](int path) {
-    const double start = now_seconds();
+    const double start = monotonic_seconds();
     const double cpu_start = process_cpu_seconds();
     for (int layer = 0; layer < layers; ++layer) {
       if (path == 0) attend(queries[layer], o.q_heads, o.queries, *dense[layer], out, options);
@@ -215,7 +195,7 @@ int run_bench(const BenchOptions& o) {
       if (path == 2) attend(queries[layer], o.q_heads, o.queries, *packed[layer], out, options);
     }
     const double cpu_threads = path == 1 ? 1.0 : threads;  // the dequantize path is serial
-    return Timing{(now_seconds() - start) / layers * 1e3,
+    return Timing{(monotonic_seconds() - start) / layers * 1e3,
                   (process_cpu_seconds() - cpu_start) / cpu_threads / layers * 1e3};
   };
   auto time_path = [&](int path, int repeats) {

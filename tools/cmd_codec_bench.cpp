@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <ctime>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +21,7 @@
 #include "turbokv/codec.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prng.hpp"
+#include "turbokv/timing.hpp"
 
 namespace turbokv::tools {
 namespace {
@@ -44,13 +44,8 @@ struct Row {
   double compression_vs_fp16 = 0, encode_vps = 0, decode_vps = 0;
 };
 
-// Thread CPU time, not wall time: throughput on one thread stays meaningful on a shared,
-// oversubscribed machine (wall time there measures the other tenants).
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+// Timed by thread CPU time (turbokv/timing.hpp), not wall time: throughput on one thread stays
+// meaningful on a shared, oversubscribed machine (wall time there measures the other tenants).
 
 // Runs fn() until it has used at least 0.1 s of CPU (at least once); returns calls per second.
 template <typename Fn>
