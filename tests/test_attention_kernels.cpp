@@ -2,10 +2,11 @@
 // dots and accumulation at every width 1-8, odd group sizes (partial last chunk), groups at odd
 // offsets in tight records (no bytes after the codes, so the end-of-record path is taken), every
 // row count 1-8; dense fp16/f32 kernels at odd head dims; the online-softmax step with masks and
-// soft-cap.
+// soft-cap; the norm loads (fp16 and float) at odd counts and strides.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -56,7 +57,7 @@ TEST(AttentionKernels, PackedGroupsMatchScalar) {
         // Tight record: the group's packed bytes end the record.
         const size_t code_size = offset + (static_cast<size_t>(dims) * bits + 7) / 8;
         turbokv::attn::finish_code_group(g, code_size);
-        for (size_t n : {size_t{1}, size_t{7}, size_t{kBlockTokens}}) {
+        for (size_t n : {size_t{1}, size_t{7}, size_t{13}, size_t{kBlockTokens}}) {
           std::vector<uint8_t> records(n * code_size);
           for (auto& b : records) b = static_cast<uint8_t>(rng());
           for (int rows = 1; rows <= 8; ++rows) {
@@ -183,3 +184,40 @@ TEST(AttentionKernels, SoftmaxUpdateMatchesScalar) {
 }
 
 }  // namespace
+
+TEST(AttentionKernels, LoadNormsMatchScalar) {
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(11);
+  for (const bool fp32 : {false, true}) {
+    for (size_t stride : {size_t{4}, size_t{35}, size_t{66}}) {
+      for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{13}, size_t{kBlockTokens}}) {
+        // Records at `stride` bytes, the norm at byte 1 (unaligned), everything else noise; the
+        // fp16 norms include a subnormal and zero besides ordinary magnitudes.
+        std::vector<uint8_t> records(n * stride + 8);
+        for (auto& b : records) b = static_cast<uint8_t>(rng());
+        const auto values = random_floats(n, rng);
+        for (size_t t = 0; t < n; ++t) {
+          uint8_t* p = records.data() + t * stride + 1;
+          if (fp32) {
+            std::memcpy(p, &values[t], sizeof(float));
+          } else {
+            const uint16_t h = t == 3 ? uint16_t{0x0001} : t == 5 ? uint16_t{0}
+                                                                  : turbokv::float_to_half(std::fabs(values[t]) * 40.0f);
+            std::memcpy(p, &h, sizeof h);
+          }
+        }
+        std::vector<float> want(n), got(n);
+        scalar.load_norms(records.data() + 1, stride, n, fp32, want.data());
+        for (const KernelTable* k : tables) {
+          std::fill(got.begin(), got.end(), -1.0f);
+          k->load_norms(records.data() + 1, stride, n, fp32, got.data());
+          for (size_t t = 0; t < n; ++t) {
+            ASSERT_EQ(got[t], want[t]) << k->name << (fp32 ? " fp32" : " fp16") << " stride " << stride << " n " << n << " t " << t;
+          }
+        }
+      }
+    }
+  }
+}

@@ -68,6 +68,9 @@ struct KernelTable {
   void (*softmax_update)(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
                          float scale, float softcap, float* m, float* l, float* acc,
                          size_t acc_stride, size_t acc_width);
+  // out[t] = the norm stored at records + t * stride, t < n: fp16 bits, or a float if fp32.
+  // (Per-token norms sit inside the packed records; F16C converts 8 at a time.)
+  void (*load_norms)(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out);
   // Layout of 4-bit code groups in prepared query rows and value accumulators: nullptr for
   // coordinate order; otherwise position p of every chunk of 8 holds coordinate
   // chunk_order4[p] of that chunk (the order a table's fast decode produces; see

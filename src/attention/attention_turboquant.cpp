@@ -20,7 +20,6 @@
 
 #include "attention/attention_engine.hpp"
 #include "attention/attention_paths.hpp"
-#include "turbokv/half.hpp"
 
 namespace turbokv::attn {
 
@@ -29,17 +28,6 @@ namespace {
 const float kSignTable[2] = {-1.0f, 1.0f};
 
 inline size_t pad8(size_t n) { return (n + 7) / 8 * 8; }
-
-inline float read_norm(const uint8_t* p, bool fp32) {
-  if (fp32) {
-    float f;
-    std::memcpy(&f, p, sizeof f);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return half_to_float(h);
-}
 
 // The code groups of a record (1 or 2) as kernel descriptors.
 int describe_groups(const CodeLayout& layout, const LloydMaxCodebook& hi,
@@ -229,7 +217,7 @@ class TurboQuantSource : public BlockSource {
             k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
                          s, kBlockTokens, g > 0);
           }
-          for (size_t i = 0; i < n; ++i) key_norm[i] = read_norm(kr + i * kcs + key_layout_.norm_offset, key_layout_.fp32_norm);
+          k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
           if (!qjl_) {
             for (int r = 0; r < tile.rows; ++r) {
               const float shift = q_dot_center[r];
@@ -240,9 +228,8 @@ class TurboQuantSource : public BlockSource {
           float* correction = tile.weights;
           k.group_dots(tile.q + q_qjl_, tile.q_width, tile.rows, kr, kcs, n, qjl_group_, correction,
                        kBlockTokens, false);
-          for (size_t i = 0; i < n; ++i) {
-            gamma[i] = qjl_coef_ * read_norm(kr + i * kcs + key_layout_.residual_norm_offset, key_layout_.fp32_norm);
-          }
+          k.load_norms(kr + key_layout_.residual_norm_offset, kcs, n, key_layout_.fp32_norm, gamma);
+          for (size_t i = 0; i < n; ++i) gamma[i] *= qjl_coef_;
           for (int r = 0; r < tile.rows; ++r) {
             for (size_t i = 0; i < n; ++i) {
               s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] +
@@ -251,7 +238,7 @@ class TurboQuantSource : public BlockSource {
           }
         };
         const auto accumulate = [&](const float* p) {
-          for (size_t i = 0; i < n; ++i) value_norm[i] = read_norm(vr + i * vcs + value_layout_.norm_offset, value_layout_.fp32_norm);
+          k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
           float* w = tile.weights;
           for (int r = 0; r < tile.rows; ++r) {
             for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];

@@ -82,6 +82,14 @@ inline float load1(const uint16_t* p) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p)));
 }
 
+// Rows read kPrefetchRows rows (tokens) ahead of use are requested with software prefetches:
+// the hardware prefetchers restart at every switch between a block's key and value streams.
+constexpr int kPrefetchRows = 8;
+TURBOKV_INLINE void prefetch_rows(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+}
+
 // ---- dense keys/values ----------------------------------------------------------------------
 
 template <int R, int T, typename Key>
@@ -93,6 +101,7 @@ void dots_tile(const float* q, size_t qs, const Key* keys, size_t n, int dim, fl
     __m256 acc[R * T];
     for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
     const Key* k0 = keys + t * dim;
+    prefetch_rows(k0 + kPrefetchRows * dim, T * dim * sizeof(Key));
     for (int j = 0; j < full; j += 8) {
       __m256 k[T];
       for (int u = 0; u < T; ++u) k[u] = load8(k0 + u * dim + j);
@@ -232,6 +241,7 @@ void accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values,
     const size_t m = n - t0 < kValueRun ? n - t0 : kValueRun;
     const uint16_t* src = values + t0 * dim;
     for (size_t i = 0; i < m; ++i) {
+      prefetch_rows(src + (i + kPrefetchRows) * dim, dim * sizeof(uint16_t));
       int j = 0;
       for (; j < full; j += 8) _mm256_storeu_ps(buffer + i * dim + j, load8(src + i * dim + j));
       for (; j < dim; ++j) buffer[i * dim + j] = load1(src + i * dim + j);
@@ -529,8 +539,10 @@ void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_s
     }
     return;
   }
-  // Per token, lane r of one vector gets row r's dot product; rows are written out at the end.
-  alignas(32) float sums[kBlockTokens][8];
+  // Each token leaves one vector of partial sums per row in part[r][t % 8]; every 8 tokens a
+  // reduce8 per row turns them into 8 scores at once (lane = token). Reducing every token on
+  // its own ended each token in a chain of horizontal adds that the next token queued behind.
+  alignas(32) __m256 part[R][8];
   for (size_t t = 0; t < n; ++t) {
     const uint8_t* rec = records + t * code_size + g.offset;
     __m256 acc[R][kAcc];
@@ -551,16 +563,29 @@ void dots4_tile(const float* q, size_t qs, const uint8_t* records, size_t code_s
       const __m256 k = decode_chunk<4>(tail_book, rec, c, g.safe_chunks, available);
       for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + r * qs + 8 * c), acc[r][0]);
     }
-    __m256 row[R];
+    const size_t lane = t & 7;
     for (int r = 0; r < R; ++r) {
-      row[r] = acc[r][0];
-      for (int a = 1; a < kAcc; ++a) row[r] = _mm256_add_ps(row[r], acc[r][a]);
+      __m256 row = acc[r][0];
+      for (int a = 1; a < kAcc; ++a) row = _mm256_add_ps(row, acc[r][a]);
+      part[r][lane] = row;
     }
-    store_row_sums<R>(row, sums[t]);
-  }
-  for (int r = 0; r < R; ++r) {
-    float* s = scores + r * ld;
-    for (size_t t = 0; t < n; ++t) s[t] = add ? s[t] + sums[t][r] : sums[t][r];
+    if (lane == 7 || t + 1 == n) {
+      const size_t t0 = t - lane;
+      const size_t m = lane + 1;
+      for (int r = 0; r < R; ++r) {
+        for (size_t i = m; i < 8; ++i) part[r][i] = _mm256_setzero_ps();
+        __m256 sum = reduce8(part[r]);
+        float* dst = scores + r * ld + t0;
+        if (m == 8) {
+          if (add) sum = _mm256_add_ps(sum, _mm256_loadu_ps(dst));
+          _mm256_storeu_ps(dst, sum);
+        } else {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, sum);
+          for (size_t i = 0; i < m; ++i) dst[i] = add ? dst[i] + lanes[i] : lanes[i];
+        }
+      }
+    }
   }
 }
 
@@ -657,6 +682,29 @@ void group_accumulate(const float* w, size_t ld, int rows, const uint8_t* record
   }
 }
 
+// ---- norms ------------------------------------------------------------------------------------
+
+void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out) {
+  size_t t = 0;
+  if (!fp32) {
+    for (; t + 8 <= n; t += 8) {
+      alignas(16) uint16_t h[8];
+      for (int i = 0; i < 8; ++i) std::memcpy(h + i, records + (t + i) * stride, sizeof(uint16_t));
+      _mm256_storeu_ps(out + t, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h))));
+    }
+  }
+  for (; t < n; ++t) {
+    const uint8_t* p = records + t * stride;
+    if (fp32) {
+      std::memcpy(out + t, p, sizeof(float));
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p, sizeof h);
+      out[t] = load1(&h);
+    }
+  }
+}
+
 // ---- online softmax ---------------------------------------------------------------------------
 
 // exp(x) to ~2 ulp for x in [-87, 88] (inputs are clamped there): 2^n * e^r, |r| <= ln2 / 2,
@@ -742,9 +790,10 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
   }
 }
 
-const KernelTable kAvx2Table{"avx2",          dots_f16,         dots_f32,
-                            accumulate_f16,  accumulate_f32,   group_dots,
-                            group_accumulate, softmax_update,   kChunkOrder4};
+const KernelTable kAvx2Table{"avx2",           dots_f16,       dots_f32,
+                             accumulate_f16,   accumulate_f32, group_dots,
+                             group_accumulate, softmax_update, load_norms,
+                             kChunkOrder4};
 
 }  // namespace
 }  // namespace turbokv::attn

@@ -138,6 +138,19 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
   }
 }
 
+void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out) {
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* p = records + t * stride;
+    if (fp32) {
+      std::memcpy(out + t, p, sizeof(float));
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p, sizeof h);
+      out[t] = half_to_float(h);
+    }
+  }
+}
+
 std::atomic<const KernelTable*> g_override{nullptr};
 
 }  // namespace
@@ -156,9 +169,10 @@ void finish_code_group(CodeGroup& group, size_t code_size) {
 }
 
 const KernelTable& scalar_kernel_table() {
-  static const KernelTable table{"scalar",        dots_f16,         dots_f32,
-                                 accumulate_f16,  accumulate_f32,   group_dots,
-                                 group_accumulate, softmax_update, nullptr};
+  static const KernelTable table{"scalar",         dots_f16,       dots_f32,
+                                 accumulate_f16,   accumulate_f32, group_dots,
+                                 group_accumulate, softmax_update, load_norms,
+                                 nullptr};
   return table;
 }
 
