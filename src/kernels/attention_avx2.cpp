@@ -501,24 +501,6 @@ TURBOKV_INLINE void decode16(const Nibble4Book& book, const uint8_t* p, __m256* 
   out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(w01, w23));
 }
 
-// out[r] = the sum of the lanes of v[r], r < R <= 8 (out holds 8 floats).
-template <int R>
-TURBOKV_INLINE void store_row_sums(const __m256* v, float* out) {
-  if constexpr (R == 8) {
-    _mm256_store_ps(out, reduce8(v));
-  } else if constexpr (R > 4) {
-    __m256 x[8];
-    for (int i = 0; i < 8; ++i) x[i] = i < R ? v[i] : _mm256_setzero_ps();
-    _mm256_store_ps(out, reduce8(x));
-  } else {
-    const __m256 zero = _mm256_setzero_ps();
-    const __m256 s01 = _mm256_hadd_ps(v[0], R > 1 ? v[1] : zero);
-    const __m256 s23 = R > 2 ? _mm256_hadd_ps(v[2], R > 3 ? v[3] : zero) : zero;
-    const __m256 s = _mm256_hadd_ps(s01, s23);
-    _mm_store_ps(out, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
-  }
-}
-
 // Scores of 4-bit groups: one token at a time, 32 codes per shuffle decode, R query rows (two
 // accumulators per row when R <= 4 to halve the FMA dependency chains); chunks past the last
 // full 32 go through the generic per-chunk decode (same order). kBlocks > 0 fixes the number of
