@@ -4,7 +4,8 @@
 // the bandwidth floors (bytes each path must read / bandwidth).
 //
 // Enough layers are built that the fp16 caches exceed twice the last-level cache, and each
-// timed step walks all of them in order, as a decode step does, so the reads come from memory.
+// timed step walks all of them in order, as a decode step does, so the reads come from memory
+// (--layers overrides the count, e.g. 1 to time the paths on cache-resident data).
 // Times are per layer: the median over repeated steps after a warm-up step.
 #include <fmt/format.h>
 
@@ -41,6 +42,7 @@ struct BenchOptions {
   int queries = 1;
   int repeats = 9;
   int dequant_repeats = 0;  // 0: 3, or 1 at >= 16K tokens
+  int layers = 0;           // 0: enough for the fp16 caches to exceed 2 x LLC
   bool json = false;
 };
 
@@ -133,6 +135,7 @@ int run_bench(const BenchOptions& o) {
       o.repeats < 1) {
     throw Error("attention-bench: context, head-dim, heads, queries and repeats must be positive");
   }
+  if (o.layers < 0 || o.layers > 4096) throw Error("attention-bench: --layers must be 0..4096");
   if (o.q_heads % o.kv_heads != 0) {
     throw Error(fmt::format("attention-bench: --q-heads {} is not a multiple of --kv-heads {}",
                             o.q_heads, o.kv_heads));
@@ -149,7 +152,8 @@ int run_bench(const BenchOptions& o) {
 
   const size_t llc = last_level_cache_bytes();
   const size_t fp16_layer_bytes = o.context * o.kv_heads * static_cast<size_t>(o.head_dim) * 2 * 2;
-  const int layers = static_cast<int>(2 * llc / fp16_layer_bytes + 1);
+  // --layers 1 with a small context keeps both caches in the LLC: the paths' compute cost alone.
+  const int layers = o.layers > 0 ? o.layers : static_cast<int>(2 * llc / fp16_layer_bytes + 1);
 
   // Caches of synthetic model-like tokens (turbokv/synthetic_kv.hpp), one seed per layer.
   std::vector<std::unique_ptr<DenseKVCache>> dense;
@@ -282,8 +286,9 @@ int run_bench(const BenchOptions& o) {
              "{} queries, {} threads\n",
              o.context, o.head_dim, o.q_heads, o.kv_heads, o.key_codec, o.key_bits, o.value_bits,
              o.queries, threads);
-  fmt::print("{} layers (fp16 caches {:.1f} MiB > 2 x LLC, LLC {:.0f} MiB); read bandwidth {:.1f} GB/s\n",
-             layers, layers * fp16_bytes / 1048576.0, llc / 1048576.0, bandwidth / 1e9);
+  fmt::print("{} layers (fp16 caches {:.1f} MiB, {} 2 x LLC, LLC {:.0f} MiB); read bandwidth {:.1f} GB/s\n",
+             layers, layers * fp16_bytes / 1048576.0, layers * fp16_bytes > 2.0 * llc ? ">" : "<=",
+             llc / 1048576.0, bandwidth / 1e9);
   fmt::print("{:<22} {:>10} {:>10} {:>12} {:>10} {:>12}\n", "path", "ms/layer", "floor ms",
              "MiB/layer", "vs fp16", "rel error");
   fmt::print("{:<22} {:>10.3f} {:>10.3f} {:>12.2f} {:>10.2f} {:>12.2e}\n", "fp16 dense", fp16_ms,
@@ -316,6 +321,9 @@ const CommandRegistration registration{"attention-bench", [](CLI::App& app) {
   app.add_option("--queries", o->queries, "Queries per head (1: decode)")->capture_default_str();
   app.add_option("--repeats", o->repeats, "Timed steps for the fp16 and fused paths")->capture_default_str();
   app.add_option("--dequant-repeats", o->dequant_repeats, "Timed steps for the dequantize path (0: auto)");
+  app.add_option("--layers", o->layers,
+                 "Layers to build and walk (0: enough for the fp16 caches to exceed 2 x LLC; 1 at a "
+                 "small context: cache-resident, compute cost only)")->capture_default_str();
   app.add_flag("--json", o->json, "Print one JSON object");
   return [o] { return run_bench(*o); };
 }};
