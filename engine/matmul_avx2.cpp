@@ -154,20 +154,41 @@ TKV_AVX2 inline void dot32_u4(__m256i q32, const float* x, __m256& qx, __m256& x
   xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
 }
 
+// Q4_K's 8 six-bit scales and mins, packed into the 12 bytes at s.
+inline void unpack_q4_k_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    mn[j] = s[j + 4] & 63;
+    sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+    mn[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+  }
+}
+
+// Q6_K: the 6-bit codes (0..63, one per byte) of half `half` (128 values) of the super-block at
+// row, as four runs of 32: low 4 bits from ql, high 2 bits from qh.
+TKV_AVX2 inline void unpack_q6_k_half(const uint8_t* row, int half, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half));
+  const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half + 32));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * half));
+  q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+  q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+}
+
 TKV_AVX2 float dot_row_q4_k(const uint8_t* row, const float* x, int64_t cols) {
   __m256 acc = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(15);
   for (int64_t b = 0; b < cols / 256; ++b, row += 144, x += 256) {
     const float d = load_half(row);
     const float dmin = load_half(row + 2);
-    const uint8_t* s = row + 4;
     uint8_t sc[8], mn[8];
-    for (int j = 0; j < 4; ++j) {
-      sc[j] = s[j] & 63;
-      mn[j] = s[j + 4] & 63;
-      sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 15) | ((s[j] >> 6) << 4));
-      mn[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+    unpack_q4_k_scales(row + 4, sc, mn);
     for (int chunk = 0; chunk < 4; ++chunk) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
       const __m256i lo = _mm256_and_si256(q, low_mask);
@@ -186,24 +207,13 @@ TKV_AVX2 float dot_row_q4_k(const uint8_t* row, const float* x, int64_t cols) {
 
 TKV_AVX2 float dot_row_q6_k(const uint8_t* row, const float* x, int64_t cols) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(15);
-  const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i bias = _mm256_set1_epi8(32);
   for (int64_t b = 0; b < cols / 256; ++b, row += 210, x += 256) {
     const float d = load_half(row + 208);
     const auto* scales = reinterpret_cast<const int8_t*>(row + 192);
     for (int half = 0; half < 2; ++half) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * half));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+      unpack_q6_k_half(row, half, q);
       const int8_t* sc = scales + 8 * half;
       const float* xh = x + 128 * half;
       for (int k = 0; k < 4; ++k) {
@@ -280,14 +290,8 @@ TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, int64_t co
   for (int64_t b = 0; b < cols / 256; ++b, row += 144, xq += 8 * 34) {
     const float d = load_half(row);
     const float dmin = load_half(row + 2);
-    const uint8_t* s = row + 4;
     uint8_t sc[8], mn[8];
-    for (int j = 0; j < 4; ++j) {
-      sc[j] = s[j] & 63;
-      mn[j] = s[j + 4] & 63;
-      sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 15) | ((s[j] >> 6) << 4));
-      mn[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+    unpack_q4_k_scales(row + 4, sc, mn);
     for (int chunk = 0; chunk < 4; ++chunk) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
       const __m256i nibbles[2] = {_mm256_and_si256(q, low_mask),
@@ -311,24 +315,13 @@ TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, int64_t co
 // scales: the scales ride in the madd that widens the int16 products.
 TKV_AVX2 float dot_q8_row_q6_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(15);
-  const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i bias = _mm256_set1_epi8(32);
   for (int64_t b = 0; b < cols / 256; ++b, row += 210, xq += 8 * 34) {
     const float d = load_half(row + 208);
     const auto* scales = reinterpret_cast<const int8_t*>(row + 192);
     for (int half = 0; half < 2; ++half) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * half + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * half));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+      unpack_q6_k_half(row, half, q);
       const int8_t* sc = scales + 8 * half;
       for (int k = 0; k < 4; ++k) {
         const __m256i v = _mm256_sub_epi8(q[k], bias);  // [-32, 31]

@@ -13,6 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "turbokv/half.hpp"
 
 namespace turbokv::attn {
 
@@ -77,6 +80,18 @@ struct KernelTable {
   // attention_avx2.cpp). Sources permute queries in and un-permute accumulators out.
   const uint8_t* chunk_order4;
 };
+
+// The norm stored at p: fp16 bits, or a float if fp32 (unaligned; load_norms' plain version).
+inline float read_record_norm(const uint8_t* p, bool fp32) {
+  if (fp32) {
+    float f;
+    std::memcpy(&f, p, sizeof f);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return half_to_float(h);
+}
 
 const KernelTable& scalar_kernel_table();
 // nullptr when the build or the CPU lacks AVX2/FMA/F16C.

@@ -675,16 +675,7 @@ void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, floa
       _mm256_storeu_ps(out + t, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h))));
     }
   }
-  for (; t < n; ++t) {
-    const uint8_t* p = records + t * stride;
-    if (fp32) {
-      std::memcpy(out + t, p, sizeof(float));
-    } else {
-      uint16_t h;
-      std::memcpy(&h, p, sizeof h);
-      out[t] = load1(&h);
-    }
-  }
+  for (; t < n; ++t) out[t] = read_record_norm(records + t * stride, fp32);
 }
 
 // ---- online softmax ---------------------------------------------------------------------------

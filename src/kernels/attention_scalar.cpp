@@ -139,16 +139,7 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
 }
 
 void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out) {
-  for (size_t t = 0; t < n; ++t) {
-    const uint8_t* p = records + t * stride;
-    if (fp32) {
-      std::memcpy(out + t, p, sizeof(float));
-    } else {
-      uint16_t h;
-      std::memcpy(&h, p, sizeof h);
-      out[t] = half_to_float(h);
-    }
-  }
+  for (size_t t = 0; t < n; ++t) out[t] = read_record_norm(records + t * stride, fp32);
 }
 
 std::atomic<const KernelTable*> g_override{nullptr};
