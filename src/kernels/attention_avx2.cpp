@@ -82,12 +82,14 @@ inline float load1(const uint16_t* p) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p)));
 }
 
-// Rows read kPrefetchRows rows (tokens) ahead of use are requested with software prefetches:
-// the hardware prefetchers restart at every switch between a block's key and value streams.
+// The dense kernels request the rows kPrefetchRows tokens ahead of the one they read: with the
+// hardware prefetchers alone (the kernels alternate between a block's keys and its values) the
+// fp16 path was ~12% slower at 32K tokens on 2 threads. The address is computed as an integer
+// because near the end of a page it lies past the allocation (a prefetch never faults).
 constexpr int kPrefetchRows = 8;
-TURBOKV_INLINE void prefetch_rows(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+TURBOKV_INLINE void prefetch_rows(const void* base, size_t offset, size_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(base) + offset;
+  for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(at + i), _MM_HINT_T0);
 }
 
 // ---- dense keys/values ----------------------------------------------------------------------
@@ -101,7 +103,7 @@ void dots_tile(const float* q, size_t qs, const Key* keys, size_t n, int dim, fl
     __m256 acc[R * T];
     for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
     const Key* k0 = keys + t * dim;
-    prefetch_rows(k0 + kPrefetchRows * dim, T * dim * sizeof(Key));
+    prefetch_rows(k0, kPrefetchRows * dim * sizeof(Key), T * dim * sizeof(Key));
     for (int j = 0; j < full; j += 8) {
       __m256 k[T];
       for (int u = 0; u < T; ++u) k[u] = load8(k0 + u * dim + j);
@@ -241,7 +243,7 @@ void accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values,
     const size_t m = n - t0 < kValueRun ? n - t0 : kValueRun;
     const uint16_t* src = values + t0 * dim;
     for (size_t i = 0; i < m; ++i) {
-      prefetch_rows(src + (i + kPrefetchRows) * dim, dim * sizeof(uint16_t));
+      prefetch_rows(src, (i + kPrefetchRows) * dim * sizeof(uint16_t), dim * sizeof(uint16_t));
       int j = 0;
       for (; j < full; j += 8) _mm256_storeu_ps(buffer + i * dim + j, load8(src + i * dim + j));
       for (; j < dim; ++j) buffer[i * dim + j] = load1(src + i * dim + j);
