@@ -1,5 +1,5 @@
 // Micro-benchmarks of the attention block kernels on one 64-token block held in L1 (compute
-// cost per token, no memory traffic): dense fp16 dots/accumulate and packed-code dots/accumulate
+// cost per token, no memory traffic): dense fp16 and f32 dots/accumulate and packed-code dots/accumulate
 // at each width, 4 query rows (a GQA group of 4), head_dim 128. End-to-end decode timing with
 // memory traffic is `turbokv attention-bench`.
 #include <benchmark/benchmark.h>
@@ -43,6 +43,21 @@ void BM_DenseF16(benchmark::State& state) {
   for (auto _ : state) {
     k.dots_f16(q.data(), kDim, kRows, keys.data(), kBlockTokens, kDim, scores.data(), kBlockTokens);
     k.accumulate_f16(scores.data(), kBlockTokens, kRows, keys.data(), kBlockTokens, kDim, acc.data(), kDim);
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kBlockTokens);
+  state.SetLabel(k.name);
+}
+
+// The same with float keys/values: the multiply-adds alone, what a free decode would leave.
+void BM_DenseF32(benchmark::State& state) {
+  const KernelTable& k = table_for(state);
+  const auto q = random_floats(kRows * kDim, 1);
+  const auto keys = random_floats(kBlockTokens * kDim, 2);
+  std::vector<float> scores(kRows * kBlockTokens, 0.01f), acc(kRows * kDim);
+  for (auto _ : state) {
+    k.dots_f32(q.data(), kDim, kRows, keys.data(), kBlockTokens, kDim, scores.data(), kBlockTokens);
+    k.accumulate_f32(scores.data(), kBlockTokens, kRows, keys.data(), kBlockTokens, kDim, acc.data(), kDim);
     benchmark::DoNotOptimize(acc.data());
   }
   state.SetItemsProcessed(state.iterations() * kBlockTokens);
@@ -109,6 +124,7 @@ void BM_PackedPart(benchmark::State& state) {
 }
 
 BENCHMARK(BM_DenseF16)->Args({0, 0})->Args({0, 1});
+BENCHMARK(BM_DenseF32)->Args({0, 0})->Args({0, 1});
 BENCHMARK(BM_Packed)->ArgsProduct({{1, 2, 3, 4, 5, 8}, {0, 1}});
 BENCHMARK(BM_PackedPart)->ArgsProduct({{2, 3, 4, 8}, {0, 1}});
 
