@@ -13,9 +13,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-
-#include "turbokv/half.hpp"
 
 namespace turbokv::attn {
 
@@ -71,8 +68,8 @@ struct KernelTable {
   void (*softmax_update)(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
                          float scale, float softcap, float* m, float* l, float* acc,
                          size_t acc_stride, size_t acc_width);
-  // out[t] = the norm stored at records + t * stride, t < n: fp16 bits, or a float if fp32.
-  // (Per-token norms sit inside the packed records; F16C converts 8 at a time.)
+  // out[t] = load_norm(records + t * stride, fp32) (turbokv/codec.hpp), t < n: the per-token
+  // norms inside the packed records; the AVX2 table converts 8 fp16 norms at a time.
   void (*load_norms)(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out);
   // Layout of 4-bit code groups in prepared query rows and value accumulators: nullptr for
   // coordinate order; otherwise position p of every chunk of 8 holds coordinate
@@ -80,18 +77,6 @@ struct KernelTable {
   // attention_avx2.cpp). Sources permute queries in and un-permute accumulators out.
   const uint8_t* chunk_order4;
 };
-
-// The norm stored at p: fp16 bits, or a float if fp32 (unaligned; load_norms' plain version).
-inline float read_record_norm(const uint8_t* p, bool fp32) {
-  if (fp32) {
-    float f;
-    std::memcpy(&f, p, sizeof f);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return half_to_float(h);
-}
 
 const KernelTable& scalar_kernel_table();
 // nullptr when the build or the CPU lacks AVX2/FMA/F16C.

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "attention/attention_kernels.hpp"
+#include "turbokv/codec.hpp"
 #include "turbokv/cpu_features.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -677,7 +678,7 @@ void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, floa
       _mm256_storeu_ps(out + t, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h))));
     }
   }
-  for (; t < n; ++t) out[t] = read_record_norm(records + t * stride, fp32);
+  for (; t < n; ++t) out[t] = load_norm(records + t * stride, fp32);
 }
 
 // ---- online softmax ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attention/attention_kernels.hpp"
+#include "turbokv/codec.hpp"
 #include "turbokv/half.hpp"
 
 namespace turbokv::attn {
@@ -139,7 +140,7 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
 }
 
 void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out) {
-  for (size_t t = 0; t < n; ++t) out[t] = read_record_norm(records + t * stride, fp32);
+  for (size_t t = 0; t < n; ++t) out[t] = load_norm(records + t * stride, fp32);
 }
 
 std::atomic<const KernelTable*> g_override{nullptr};
