@@ -2,6 +2,7 @@
 // truncation and a list of corrupted header fields give a turbokv::Error naming the problem.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,7 +17,12 @@
 namespace turbokv::engine {
 namespace {
 
-std::string temp_path(const std::string& name) { return testing::TempDir() + "turbokv_test_gguf_" + name; }
+// ctest runs each test in its own process, two at a time: a name shared by two tests (the
+// Corrupt helper's file) let one rewrite a file the other had mapped, which killed it with
+// SIGBUS. The process id keeps each test's files its own.
+std::string temp_path(const std::string& name) {
+  return testing::TempDir() + "turbokv_test_gguf_" + std::to_string(::getpid()) + "_" + name;
+}
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes, size_t length) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
