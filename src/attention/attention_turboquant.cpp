@@ -15,7 +15,6 @@
 // each part zero padded to a multiple of 8. Accumulator row: [value group0 | value group1 |
 // original-basis values].
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "attention/attention_engine.hpp"
