@@ -4,48 +4,19 @@
 
 #include <cmath>
 
+#include "engine/forward_ops.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {
 
-namespace {
-
-// out = weight * x / rms(x), as llama2.c's rmsnorm (eps inside the root).
-void rmsnorm(float* out, const float* x, const float* weight, int size, float eps) {
-  double ss = 0.0;
-  for (int i = 0; i < size; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / size) + eps);
-  for (int i = 0; i < size; ++i) out[i] = weight[i] * (scale * x[i]);
-}
-
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
-// [n][heads][head_dim] -> [heads][n][head_dim] (the cache and attention layout), and back.
-void to_head_major(const float* in, int n, int heads, int head_dim, float* out) {
-  for (int t = 0; t < n; ++t) {
-    for (int h = 0; h < heads; ++h) {
-      const float* src = in + (static_cast<size_t>(t) * heads + h) * head_dim;
-      float* dst = out + (static_cast<size_t>(h) * n + t) * head_dim;
-      std::copy(src, src + head_dim, dst);
-    }
-  }
-}
-
-void to_token_major(const float* in, int n, int heads, int head_dim, float* out) {
-  for (int h = 0; h < heads; ++h) {
-    for (int t = 0; t < n; ++t) {
-      const float* src = in + (static_cast<size_t>(h) * n + t) * head_dim;
-      float* dst = out + (static_cast<size_t>(t) * heads + h) * head_dim;
-      std::copy(src, src + head_dim, dst);
-    }
-  }
-}
-
-}  // namespace
+using ops::rmsnorm;
+using ops::silu;
+using ops::to_head_major;
+using ops::to_token_major;
 
 Forward::Forward(const Model& model, ThreadPool& pool, int max_chunk)
-    : model_(model), pool_(pool), max_chunk_(max_chunk) {
+    : model_(model), pool_(pool), max_chunk_(max_chunk), rope_(model.config) {
   const ModelConfig& c = model_.config;
   c.validate();
   if (max_chunk_ < 1 || max_chunk_ > 4096) throw Error(fmt::format("Forward: max_chunk {} outside [1, 4096]", max_chunk_));
@@ -63,34 +34,6 @@ Forward::Forward(const Model& model, ThreadPool& pool, int max_chunk)
   k_heads_.resize(m * c.kv_dim());
   v_heads_.resize(m * c.kv_dim());
   logits_.resize(static_cast<size_t>(c.vocab_size));
-  // Same float arithmetic as llama2.c (powf in float), so its checkpoints reproduce exactly.
-  inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2; ++i) {
-    float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
-    if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
-    inv_freq_[static_cast<size_t>(i)] = freq;
-  }
-}
-
-void Forward::apply_rope(float* vec, int n_heads, size_t pos) const {
-  const int hd = model_.config.head_dim;
-  const int half = hd / 2;
-  const float p = static_cast<float>(pos);
-  for (int i = 0; i < half; ++i) {
-    const float angle = p * inv_freq_[static_cast<size_t>(i)];
-    const float c = std::cos(angle);
-    const float s = std::sin(angle);
-    // Adjacent pairs (2i, 2i+1) for llama; halves (i, i + hd/2) for NeoX-style models.
-    const int a = model_.config.rope_neox ? i : 2 * i;
-    const int b = model_.config.rope_neox ? i + half : 2 * i + 1;
-    for (int h = 0; h < n_heads; ++h) {
-      float* head = vec + static_cast<size_t>(h) * hd;
-      const float v0 = head[a];
-      const float v1 = head[b];
-      head[a] = v0 * c - v1 * s;
-      head[b] = v0 * s + v1 * c;
-    }
-  }
 }
 
 void Forward::project(const WeightMatrix& w, const float* in, int n, float* out) const {
@@ -152,8 +95,8 @@ void Forward::run_chunk(const int* tokens, int n, size_t pos, std::span<KVCache*
         for (int h = 0; h < c.n_heads; ++h) rmsnorm(q + h * hd, q + h * hd, w.q_norm.data(), hd, c.norm_eps);
         for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(k + h * hd, k + h * hd, w.k_norm.data(), hd, c.norm_eps);
       }
-      apply_rope(q, c.n_heads, pos + static_cast<size_t>(t));
-      apply_rope(k, c.n_kv_heads, pos + static_cast<size_t>(t));
+      rope_.apply(q, c.n_heads, pos + static_cast<size_t>(t));
+      rope_.apply(k, c.n_kv_heads, pos + static_cast<size_t>(t));
     }
     const size_t kv_count = static_cast<size_t>(n) * kv_dim;
     const size_t q_count = static_cast<size_t>(n) * q_dim;

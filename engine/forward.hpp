@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/forward_ops.hpp"
 #include "engine/model.hpp"
 #include "turbokv/kv_cache.hpp"
 #include "turbokv/thread_pool.hpp"
@@ -44,13 +45,12 @@ class Forward {
   void run_chunk(const int* tokens, int n, size_t pos, std::span<turbokv::KVCache* const> caches);
   // logits[n][vocab] for the first n rows of x_ (final norm + output projection).
   void compute_logits(int first_row, int n, float* logits);
-  void apply_rope(float* vec, int n_heads, size_t pos) const;
   void project(const WeightMatrix& w, const float* in, int n, float* out) const;
 
   const Model& model_;
   turbokv::ThreadPool& pool_;
   int max_chunk_;
-  std::vector<float> inv_freq_;  // per rotary pair, after any frequency scaling
+  ops::Rope rope_;
   // Scratch, [max_chunk][width] row-major unless noted.
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   std::vector<float> q_heads_, k_heads_, v_heads_, att_heads_;  // [heads][max_chunk][head_dim]

@@ -179,6 +179,46 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPo
       std::max<size_t>(1, min_rows_per_chunk(cols) / 4));
 }
 
+void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  if (n < 0) throw Error(fmt::format("matmul_rowwise: negative batch size {}", n));
+  const size_t stride = checked_stride(w, "matmul_rowwise");
+  if (n == 0 || w.rows == 0) return;
+  const detail::RowKernels k = kernels_for(w.type);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t cols = w.cols;
+  const size_t rows = static_cast<size_t>(w.rows);
+  const size_t batch = static_cast<size_t>(n);
+  // Rows per task as matvec's, scaled down by the batch: each task does n dot products a row.
+  const size_t min_chunk = std::max<size_t>(1, min_rows_per_chunk(cols) / batch);
+  if (k.dot_q8 != nullptr && q8_activations()) {
+    // The activations quantized exactly as matvec quantizes its one row.
+    thread_local std::vector<uint8_t> x_q8;
+    const size_t q8_stride = row_bytes(GgmlType::Q8_0, cols);
+    x_q8.resize(q8_stride * batch);
+    for (size_t t = 0; t < batch; ++t) quantize_row(GgmlType::Q8_0, x + t * cols, cols, x_q8.data() + t * q8_stride);
+    const uint8_t* xq = x_q8.data();
+    pool.parallel_for(
+        rows,
+        [&](size_t begin, size_t end) {
+          for (size_t r = begin; r < end; ++r) {
+            const uint8_t* row = base + r * stride;
+            for (size_t t = 0; t < batch; ++t) y[t * rows + r] = k.dot_q8(row, xq + t * q8_stride, cols);
+          }
+        },
+        min_chunk);
+    return;
+  }
+  pool.parallel_for(
+      rows,
+      [&](size_t begin, size_t end) {
+        for (size_t r = begin; r < end; ++r) {
+          const uint8_t* row = base + r * stride;
+          for (size_t t = 0; t < batch; ++t) y[t * rows + r] = k.dot(row, x + t * cols, cols);
+        }
+      },
+      min_chunk);
+}
+
 void matvec_reference(const WeightMatrix& w, const float* x, float* y) {
   checked_stride(w, "matvec_reference");
   std::vector<float> row(static_cast<size_t>(w.cols));

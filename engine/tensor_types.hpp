@@ -66,6 +66,13 @@ void matvec(const WeightMatrix& w, const float* x, float* y, turbokv::ThreadPool
 // used for all n inputs.
 void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, turbokv::ThreadPool& pool);
 
+// Y[n][rows] for a batch of n independent rows (the server's continuous batching): every row
+// of Y is bit-for-bit what matvec(w, x + t*cols) computes for it alone (same kernel, same
+// activation quantization, same summation order), whatever n and the other rows are, while each
+// weight row is read from memory once for the whole batch. This is what makes a request's
+// output independent of the batch it runs in (docs/architecture.md).
+void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, turbokv::ThreadPool& pool);
+
 // The scalar reference product (one thread, dequantize_row then a double-precision dot):
 // what the tests compare the fast paths with.
 void matvec_reference(const WeightMatrix& w, const float* x, float* y);
