@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "command_registry.hpp"
+#include "kv_flags.hpp"
 #include "engine/model.hpp"
 #include "engine/sampler.hpp"
 #include "engine/session.hpp"
@@ -32,71 +33,13 @@ struct GenerateArgs {
   float temperature = 0.0f;
   float top_p = 0.9f;
   uint64_t seed = 42;
-  std::optional<double> kv_bits, key_bits, value_bits;
-  std::string kv_codec = "mse";
-  // Unset: 32 with a TurboQuant cache. The newest tokens exact is the strongest single lever for
-  // quality (on kjv-llama-3M, 4-bit greedy text then follows the dense cache's instead of looping
-  // after a few tokens); it costs 32 * 2 * head_dim floats per kv head and layer, whatever the
-  // context length.
-  std::optional<size_t> kv_window;
-  // Unset: 1 with a TurboQuant cache. Keeping the BOS token exact costs 2*head_dim floats per kv
-  // head and layer; at head_dim 8 (stories260K) its key norm is large enough that even 8-bit
-  // codes move its logit by ~1 and flip near-ties (see the issue 5 note in docs/benchmarks.md).
-  std::optional<size_t> kv_sinks;
-  std::string cache_spec;
+  std::shared_ptr<KvFlags> kv = std::make_shared<KvFlags>();
   std::string save_cache, load_cache;
   int threads = 0;
   int chunk = 64;
   bool json = false;
   bool quiet = false;
 };
-
-std::string models_dir() {
-  if (const char* env = std::getenv("TURBOKV_MODELS_DIR"); env != nullptr && *env != '\0') return env;
-  return TURBOKV_MODELS_DIR;
-}
-
-// A path as given if it exists (or contains a '/'); else the same name in the models folder.
-std::string resolve_model(const std::string& name) {
-  if (std::filesystem::exists(name) || name.find('/') != std::string::npos) return name;
-  const auto in_models = std::filesystem::path(models_dir()) / name;
-  if (std::filesystem::exists(in_models)) return in_models.string();
-  throw Error(fmt::format("model '{}' not found (nor in {}; set TURBOKV_MODELS_DIR or give a path; see "
-                          "README for where to get the models)", name, models_dir()));
-}
-
-CacheConfig cache_config(const GenerateArgs& a) {
-  const bool any_bits = a.kv_bits || a.key_bits || a.value_bits;
-  if (!a.cache_spec.empty()) {
-    if (any_bits) throw Error("--cache cannot be combined with --kv-bits/--key-bits/--value-bits");
-    return parse_cache_config(a.cache_spec);
-  }
-  CacheConfig config;
-  if (!any_bits) {
-    if (a.kv_window || a.kv_sinks) throw Error("--kv-window/--kv-sinks need --kv-bits (the dense cache keeps everything)");
-    return config;  // dense fp16
-  }
-  if (a.kv_bits && (a.key_bits || a.value_bits)) throw Error("give either --kv-bits or --key-bits with --value-bits");
-  if (!a.kv_bits && !(a.key_bits && a.value_bits)) throw Error("--key-bits and --value-bits go together");
-  config.kind = "turboquant";
-  config.tq.key_bits = a.kv_bits ? *a.kv_bits : *a.key_bits;
-  config.tq.value_bits = a.kv_bits ? *a.kv_bits : *a.value_bits;
-  config.tq.key_codec = parse_codec_kind(a.kv_codec);
-  config.tq.window = a.kv_window.value_or(32);
-  config.tq.sinks = a.kv_sinks.value_or(1);
-  return config;
-}
-
-// "dense f16", "turboquant k4/v4 mse", ... (the full option string is in --json as cache_config).
-std::string short_label(const CacheConfig& config) {
-  if (config.kind == "dense") return "dense " + dense_dtype_name(config.dense_dtype);
-  if (config.kind != "turboquant") return format_cache_config(config);
-  std::string label = fmt::format("turboquant k{}/v{} {}", config.tq.key_bits, config.tq.value_bits,
-                                  codec_kind_name(config.tq.key_codec));
-  if (config.tq.sinks > 0) label += fmt::format(" sinks {}", config.tq.sinks);
-  if (config.tq.window > 0) label += fmt::format(" window {}", config.tq.window);
-  return label;
-}
 
 // What to print for a piece: raw bytes (UTF-8 split over byte tokens reassembles), minus
 // control characters other than whitespace, as llama2.c's safe_printf does.
@@ -124,7 +67,7 @@ int run_generate(const GenerateArgs& a) {
   std::string cache_kind;
   std::vector<int> to_feed;
   if (!a.load_cache.empty()) {
-    if (a.kv_bits || a.key_bits || a.value_bits || !a.cache_spec.empty()) {
+    if (a.kv->kv_bits || a.kv->key_bits || a.kv->value_bits || !a.kv->cache_spec.empty()) {
       throw Error("--load-cache takes the cache (and its kind) from the file; drop --kv-bits/--cache");
     }
     session.emplace(engine::Session::load(model, a.load_cache, pool, a.chunk));
@@ -138,14 +81,16 @@ int run_generate(const GenerateArgs& a) {
     if (!a.prompt.empty()) to_feed.assign(prompt_ids.begin() + static_cast<long>(held.size()), prompt_ids.end());
     cache_kind = session->cache().layer(0).class_name() + " (loaded)";
   } else {
-    const CacheConfig config = cache_config(a);
+    const CacheConfig config = kv_cache_config(*a.kv, std::nullopt);
     session.emplace(model, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config), pool, a.chunk);
     to_feed = prompt_ids;
-    cache_kind = short_label(config);
+    cache_kind = kv_cache_label(config);
   }
-  if (static_cast<int>(session->position() + to_feed.size()) > c.seq_len) {
-    throw Error(fmt::format("the prompt needs {} positions, the model's context is {}", session->position() + to_feed.size(),
-                            c.seq_len));
+  // A prompt must leave room for at least one generated token (as in `serve`): one that fills
+  // the context is an error, never a silent empty answer or a truncation.
+  if (static_cast<int>(session->position() + to_feed.size()) >= c.seq_len) {
+    throw Error(fmt::format("the prompt needs {} positions; the model's context is {} (the prompt and at least one "
+                            "generated token must fit)", session->position() + to_feed.size(), c.seq_len));
   }
 
   std::string text;
@@ -181,6 +126,10 @@ int run_generate(const GenerateArgs& a) {
                                              prev = id;
                                            });
   const auto t3 = Clock::now();
+  if (steps < a.steps && static_cast<int>(generated.size()) == steps && !a.json) {
+    std::fprintf(stderr, "\n(generation stopped at the end of the model's context, %d positions, after %d tokens)\n",
+                 c.seq_len, steps);
+  }
 
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t3 - t2).count();
@@ -232,18 +181,7 @@ const CommandRegistration registration{"generate", [](CLI::App& app) {
   app.add_option("--temp", a->temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-p", a->top_p, "nucleus sampling threshold (1: off)")->capture_default_str();
   app.add_option("--seed", a->seed, "sampling seed")->capture_default_str();
-  auto* kv_bits = app.add_option_function<double>("--kv-bits", [a](double b) { a->kv_bits = b; },
-                                                    "TurboQuant bits for keys and values (default: dense fp16 cache)");
-  auto* key_bits = app.add_option_function<double>("--key-bits", [a](double b) { a->key_bits = b; }, "TurboQuant key bits");
-  auto* value_bits = app.add_option_function<double>("--value-bits", [a](double b) { a->value_bits = b; },
-                                                      "TurboQuant value bits");
-  kv_bits->excludes(key_bits)->excludes(value_bits);
-  app.add_option("--kv-codec", a->kv_codec, "key codec: mse or prod")->check(CLI::IsMember({"mse", "prod"}))->capture_default_str();
-  app.add_option_function<size_t>("--kv-window", [a](size_t n) { a->kv_window = n; },
-                                  "newest tokens kept exact (default with --kv-bits: 32)");
-  app.add_option_function<size_t>("--kv-sinks", [a](size_t n) { a->kv_sinks = n; },
-                                  "first tokens kept exact (default with --kv-bits: 1, the BOS token)");
-  app.add_option("--cache", a->cache_spec, "any cache class, e.g. dense:dtype=f32, turboquant:bits=3,window=32, q8_0");
+  add_kv_flags(app, a->kv, "dense fp16 cache");
   app.add_option("--save-cache", a->save_cache, "save the prompt cache after the prompt");
   app.add_option("--load-cache", a->load_cache, "continue from a saved prompt cache");
   app.add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str();

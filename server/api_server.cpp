@@ -1,0 +1,398 @@
+#include "server/api_server.hpp"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <cctype>
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv::server {
+
+using nlohmann::json;
+
+struct ApiServer::Counters {
+  std::mutex mutex;
+  std::map<int, uint64_t> responses;  // by HTTP status
+  std::atomic<uint64_t> next_id{1};
+  void count(int status) {
+    std::lock_guard lock(mutex);
+    ++responses[status];
+  }
+};
+
+namespace {
+
+// Invalid UTF-8 (a model can emit any bytes) becomes U+FFFD instead of an exception.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json error_body(const std::string& message, const std::string& type, const std::string& code,
+                const std::string& param = "") {
+  return {{"error",
+           {{"message", message}, {"type", type}, {"code", code}, {"param", param.empty() ? json() : json(param)}}}};
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump(error_body(e.what(), e.type, e.code, e.param)), "application/json");
+}
+
+long long now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+// Token counts at which each chat message ends, where the prompt's tokens agree with encoding
+// the text up to there on its own (true at the special tokens closing each message).
+std::vector<size_t> message_marks(const engine::Tokenizer& tok, const RenderedChat& chat, const std::vector<int>& ids) {
+  std::vector<size_t> marks;
+  for (const size_t end : chat.message_ends) {
+    const auto prefix = tok.encode(std::string_view(chat.text).substr(0, end), chat.add_bos);
+    if (prefix.size() <= ids.size() && std::equal(prefix.begin(), prefix.end(), ids.begin())) {
+      marks.push_back(prefix.size());
+    }
+  }
+  return marks;
+}
+
+void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
+size_t parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 18) throw Error(fmt::format("'{}' is not a size (e.g. 512MiB, 2GiB, 1000000)", text));
+  const unsigned long long number = std::stoull(text.substr(0, i));
+  const std::string unit = text.substr(i);
+  unsigned long long scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB" || unit == "K" || unit == "k") scale = 1ull << 10;
+  else if (unit == "MiB" || unit == "M") scale = 1ull << 20;
+  else if (unit == "GiB" || unit == "G") scale = 1ull << 30;
+  else if (unit == "KB" || unit == "kB") scale = 1000ull;
+  else if (unit == "MB") scale = 1000ull * 1000;
+  else if (unit == "GB") scale = 1000ull * 1000 * 1000;
+  else throw Error(fmt::format("'{}': unknown size unit '{}' (B, KiB, MiB, GiB, KB, MB, GB)", text, unit));
+  if (number > (1ull << 50) / scale) throw Error(fmt::format("'{}' is too large", text));
+  return static_cast<size_t>(number * scale);
+}
+
+ApiServer::ApiServer(HttpOptions options)
+    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()), counters_(std::make_unique<Counters>()) {
+  routes();
+}
+
+ApiServer::~ApiServer() {
+  if (listener_.joinable()) shutdown(std::chrono::milliseconds(0));
+}
+
+int ApiServer::listen(int http_threads) {
+  const int threads = std::max(4, http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  // The body limit is ours (413 as an OpenAI error); httplib's is a hard stop well above it.
+  http_->set_payload_max_length(options_.max_body_bytes + 1);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  int port = options_.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(options_.host);
+    if (port < 0) throw Error(fmt::format("cannot bind {}:any port", options_.host));
+  } else if (!http_->bind_to_port(options_.host, port)) {
+    throw Error(fmt::format("cannot bind {}:{} (in use, or not an address of this machine)", options_.host, port));
+  }
+  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  return port;
+}
+
+void ApiServer::attach(const Backend& backend) {
+  backend_storage_ = backend;
+  backend_.store(&backend_storage_);
+}
+
+void ApiServer::shutdown(std::chrono::milliseconds grace) {
+  stopping_.store(true);
+  if (const Backend* b = backend_.load(); b != nullptr && b->scheduler != nullptr) b->scheduler->drain(grace);
+  http_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+void ApiServer::routes() {
+  auto& svr = *http_;
+  // Every error status without a body gets an OpenAI error object (404 route, 413, 400 ...).
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      send_error(res, ApiError(404, "invalid_request_error", "not_found", fmt::format("no route {} {}", req.method, req.path)));
+    } else if (res.status == 413) {
+      send_error(res, ApiError(413, "invalid_request_error", "request_too_large", "the request body is too large"));
+    } else {
+      send_error(res, ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                               std::to_string(res.status), fmt::format("HTTP status {}", res.status)));
+    }
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, "server_error", "internal_error", what));
+  });
+  svr.set_logger([this](const httplib::Request&, const httplib::Response& res) { counters_->count(res.status); });
+
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ready = backend_.load() != nullptr && !stopping_.load();
+    res.status = ready ? 200 : 503;
+    res.set_content(dump({{"status", ready ? "ok" : (stopping_.load() ? "shutting down" : "loading model")}}),
+                    "application/json");
+  });
+
+  // Authentication and readiness for /v1/*; returns the backend or answers the error itself.
+  auto guard = [this](const httplib::Request& req, httplib::Response& res) -> const Backend* {
+    if (!options_.api_key.empty()) {
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth != "Bearer " + options_.api_key) {
+        send_error(res, ApiError(401, "invalid_request_error", "invalid_api_key",
+                                 auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
+        return nullptr;
+      }
+    }
+    const Backend* b = backend_.load();
+    if (b == nullptr || stopping_.load()) {
+      res.set_header("Retry-After", "1");
+      send_error(res, ApiError(503, "server_error", "unavailable",
+                               b == nullptr ? "the model is still loading" : "the server is shutting down"));
+      return nullptr;
+    }
+    return b;
+  };
+
+  svr.Get("/v1/models", [this, guard](const httplib::Request& req, httplib::Response& res) {
+    const Backend* b = guard(req, res);
+    if (b == nullptr) return;
+    json model = {{"id", b->model_id}, {"object", "model"}, {"created", now_seconds()}, {"owned_by", "turbokv"},
+                  {"meta", {{"context", b->scheduler->context()}, {"vocab", b->model->config.vocab_size}}}};
+    res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  });
+
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::string out;
+    if (const Backend* b = backend_.load(); b != nullptr) {
+      const SchedulerMetrics m = b->scheduler->metrics();
+      metric(out, "turbokv_requests_running", "gauge", "Sequences in the running batch", m.running);
+      metric(out, "turbokv_requests_waiting", "gauge", "Requests queued for admission", m.waiting);
+      metric(out, "turbokv_requests_running_peak", "gauge", "Most sequences ever running at once", m.peak_running);
+      metric(out, "turbokv_kv_budget_bytes", "gauge", "The KV memory budget (--kv-budget)", m.kv_budget);
+      metric(out, "turbokv_kv_reserved_bytes", "gauge", "KV bytes reserved by running sequences", m.kv_reserved);
+      metric(out, "turbokv_kv_used_bytes", "gauge", "KV bytes allocated (running caches and prefix cache)",
+             m.kv_allocated);
+      metric(out, "turbokv_kv_used_bytes_peak", "gauge", "Most KV bytes ever allocated at once", m.peak_kv_allocated);
+      metric(out, "turbokv_kv_tokens", "gauge", "Tokens held by running sequences' caches", m.kv_tokens);
+      metric(out, "turbokv_prefix_cache_bytes", "gauge", "Bytes held by the prefix cache", m.prefix_cache_bytes);
+      metric(out, "turbokv_prefix_cache_entries", "gauge", "Prefixes held by the prefix cache", m.prefix_cache_entries);
+      metric(out, "turbokv_prefix_cache_hits_total", "counter", "Admitted requests that restored a prefix",
+             static_cast<double>(m.prefix_cache_hits_total));
+      metric(out, "turbokv_prefix_cache_misses_total", "counter", "Admitted requests with no stored prefix",
+             static_cast<double>(m.prefix_cache_misses_total));
+      metric(out, "turbokv_prefix_cache_evictions_total", "counter", "Prefixes evicted for room",
+             static_cast<double>(m.prefix_cache_evictions_total));
+      metric(out, "turbokv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests",
+             static_cast<double>(m.prompt_tokens_total));
+      metric(out, "turbokv_prompt_tokens_cached_total", "counter", "Prompt tokens restored from the prefix cache",
+             static_cast<double>(m.prompt_tokens_cached_total));
+      metric(out, "turbokv_prompt_tokens_computed_total", "counter", "Prompt tokens computed",
+             static_cast<double>(m.prompt_tokens_computed_total));
+      metric(out, "turbokv_generation_tokens_total", "counter", "Tokens generated",
+             static_cast<double>(m.generated_tokens_total));
+      metric(out, "turbokv_requests_finished_total", "counter", "Requests finished",
+             static_cast<double>(m.requests_finished_total));
+      metric(out, "turbokv_requests_cancelled_total", "counter", "Requests cancelled (client gone)",
+             static_cast<double>(m.requests_cancelled_total));
+      metric(out, "turbokv_requests_failed_total", "counter", "Requests failed",
+             static_cast<double>(m.requests_failed_total));
+      metric(out, "turbokv_requests_rejected_total", "counter", "Requests refused with 429 (queue full)",
+             static_cast<double>(m.requests_rejected_total));
+      metric(out, "turbokv_batch_sequences", "gauge", "Sequences in the last step", m.last_batch_sequences);
+      metric(out, "turbokv_batch_rows", "gauge", "Token rows in the last step", m.last_batch_rows);
+      metric(out, "turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total));
+      metric(out, "turbokv_step_seconds_total", "counter", "Seconds spent in forward steps", m.step_seconds_total);
+    }
+    {
+      std::lock_guard lock(counters_->mutex);
+      out += "# HELP turbokv_http_responses_total HTTP responses by status\n# TYPE turbokv_http_responses_total counter\n";
+      for (const auto& [status, count] : counters_->responses) {
+        out += fmt::format("turbokv_http_responses_total{{status=\"{}\"}} {}\n", status, count);
+      }
+    }
+    res.set_content(out, "text/plain; version=0.0.4");
+  });
+
+  auto generate = [this, guard](const httplib::Request& req, httplib::Response& res, bool chat) {
+    const Backend* b = guard(req, res);
+    if (b == nullptr) return;
+    try {
+      if (req.body.size() > options_.max_body_bytes) {
+        throw ApiError(413, "invalid_request_error", "request_too_large",
+                       fmt::format("the body has {} bytes; at most {} are accepted", req.body.size(), options_.max_body_bytes));
+      }
+      ParsedRequest p = parse_request(req.body, chat, b->scheduler->context());
+      if (p.model && *p.model != b->model_id) {
+        throw ApiError(404, "invalid_request_error", "model_not_found",
+                       fmt::format("the model '{}' does not exist; this server serves '{}'", *p.model, b->model_id),
+                       "model");
+      }
+      const engine::Tokenizer& tok = *b->tokenizer;
+      if (chat) {
+        const RenderedChat rendered = render_chat(b->chat_format, p.messages);
+        p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
+        p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
+      } else if (!p.prompt_is_tokens) {
+        p.generation.prompt = tok.encode(p.prompt_text, true);
+      }
+      for (const int id : p.generation.prompt) {
+        if (id >= tok.vocab_size()) throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
+      }
+      const int ctx = b->scheduler->context();
+      if (static_cast<int64_t>(p.generation.prompt.size()) >= ctx) {
+        throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
+                                          "and at least one generated token must fit)", p.generation.prompt.size(), ctx),
+                              chat ? "messages" : "prompt");
+      }
+      if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
+
+      auto handle = std::make_shared<RequestHandle>();
+      std::string why;
+      const auto admission = b->scheduler->submit(p.generation, handle, &why);
+      if (admission == Scheduler::Admission::queue_full) {
+        res.set_header("Retry-After", "1");
+        throw ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why);
+      }
+      if (admission == Scheduler::Admission::draining) {
+        res.set_header("Retry-After", "1");
+        throw ApiError(503, "server_error", "unavailable", why);
+      }
+      if (admission == Scheduler::Admission::too_large) throw invalid_request(why, "max_tokens");
+
+      const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1));
+      const long long created = now_seconds();
+      const std::string model_id = b->model_id;
+      if (!p.stream) {
+        std::string text;
+        StreamEvent ev;
+        for (;;) {
+          if (!handle->wait_next(ev, std::chrono::milliseconds(1000))) continue;
+          if (ev.kind == StreamEvent::Kind::text) {
+            text += ev.text;
+            continue;
+          }
+          if (ev.kind == StreamEvent::Kind::failed) throw ApiError(500, "server_error", "internal_error", ev.error);
+          break;
+        }
+        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", ev.finish_reason}};
+        if (chat) {
+          choice["message"] = {{"role", "assistant"}, {"content", text}};
+        } else {
+          choice["text"] = text;
+        }
+        json body = {{"id", id},
+                     {"object", chat ? "chat.completion" : "text_completion"},
+                     {"created", created},
+                     {"model", model_id},
+                     {"choices", json::array({choice})},
+                     {"usage", usage_json(ev.usage)}};
+        res.set_content(dump(body), "application/json");
+        return;
+      }
+      // Streaming: one SSE event per text piece, then the finish chunk, usage if asked, [DONE].
+      const bool include_usage = p.include_usage;
+      auto chunk = [=](const json& delta_or_text, const json& finish) {
+        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+        if (chat) {
+          choice["delta"] = delta_or_text;
+        } else {
+          choice["text"] = delta_or_text;
+        }
+        json body = {{"id", id},
+                     {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                     {"created", created},
+                     {"model", model_id},
+                     {"choices", json::array({choice})}};
+        if (include_usage) body["usage"] = nullptr;
+        return "data: " + dump(body) + "\n\n";
+      };
+      auto started = std::make_shared<bool>(false);
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [=](size_t, httplib::DataSink& sink) {
+            auto write = [&](const std::string& s) {
+              if (!sink.write(s.data(), s.size())) {
+                handle->cancel();  // the client went away
+                return false;
+              }
+              return true;
+            };
+            if (chat && !*started) {
+              *started = true;
+              if (!write(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
+            }
+            StreamEvent ev;
+            if (!handle->wait_next(ev, std::chrono::milliseconds(200))) {
+              if (sink.is_writable && !sink.is_writable()) {
+                handle->cancel();
+                return false;
+              }
+              return true;
+            }
+            if (ev.kind == StreamEvent::Kind::text) {
+              return write(chunk(chat ? json{{"content", ev.text}} : json(ev.text), nullptr));
+            }
+            if (ev.kind == StreamEvent::Kind::failed) {
+              write("data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n");
+              sink.done();
+              return true;
+            }
+            if (!write(chunk(chat ? json::object() : json(""), ev.finish_reason))) return false;
+            if (include_usage) {
+              json body = {{"id", id},
+                           {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                           {"created", created},
+                           {"model", model_id},
+                           {"choices", json::array()},
+                           {"usage", usage_json(ev.usage)}};
+              if (!write("data: " + dump(body) + "\n\n")) return false;
+            }
+            if (!write("data: [DONE]\n\n")) return false;
+            sink.done();
+            return true;
+          },
+          [handle](bool success) {
+            if (!success) handle->cancel();
+          });
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, invalid_request(e.what()));
+    }
+  };
+  svr.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+  svr.Post("/v1/chat/completions",
+           [generate](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
+}
+
+}  // namespace turbokv::server

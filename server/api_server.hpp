@@ -1,0 +1,71 @@
+// ApiServer: the OpenAI-compatible HTTP front of the scheduler (cpp-httplib).
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions (JSON or server-sent events),
+// GET /v1/models, GET /health (503 until a backend is attached, then 200), GET /metrics
+// (Prometheus text). Every error is an OpenAI error object {"error": {message, type, code,
+// param}}. With an API key, /v1/* needs "Authorization: Bearer KEY".
+//
+// Lifecycle: construct, listen() (binds and serves on a thread), attach() a Backend once the
+// model is loaded, shutdown() to stop: new requests get 503, in-flight ones finish (within the
+// grace period) or are cancelled, then the listener closes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "engine/model.hpp"
+#include "engine/tokenizer.hpp"
+#include "server/chat_template.hpp"
+#include "server/scheduler.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace turbokv::server {
+
+struct Backend {
+  std::string model_id;  // what /v1/models lists and requests may name
+  const engine::Model* model = nullptr;
+  const engine::Tokenizer* tokenizer = nullptr;
+  ChatFormat chat_format = ChatFormat::plain;
+  Scheduler* scheduler = nullptr;
+};
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port
+  std::string api_key;              // empty: no authentication
+  size_t max_body_bytes = 1 << 20;  // larger bodies: 413
+  int http_threads = 0;             // 0: parallel + max_queue + 8
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(HttpOptions options);
+  ~ApiServer();
+
+  // Binds and starts serving on a thread; returns the bound port. Throws turbokv::Error.
+  int listen(int http_threads);
+  void attach(const Backend& backend);
+  void shutdown(std::chrono::milliseconds grace);
+
+ private:
+  void routes();
+  struct Counters;
+  HttpOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<Counters> counters_;
+  std::atomic<const Backend*> backend_{nullptr};
+  Backend backend_storage_;
+  std::atomic<bool> stopping_{false};
+  std::thread listener_;
+};
+
+// "512MiB", "2GiB", "1G", "300000000" -> bytes; throws turbokv::Error.
+size_t parse_byte_size(const std::string& text);
+
+}  // namespace turbokv::server

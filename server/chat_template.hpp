@@ -1,0 +1,35 @@
+// Chat templates: a conversation (role, content messages) -> the prompt text a chat model was
+// trained on. GGUF files carry the template as a Jinja program (tokenizer.chat_template); we
+// recognize the families we render natively instead of running Jinja:
+//   llama3  "<|start_header_id|>" in the template (Llama 3.x Instruct);
+//   chatml  "<|im_start|>" (Qwen 2.5 / Qwen 3, many others);
+//   plain   anything else, and llama2.c models: "role: content" lines then "assistant:",
+//           documented in README; an unrecognized GGUF template is reported at start-up.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace turbokv::server {
+
+struct ChatMessage {
+  std::string role;  // system, user, assistant (developer is read as system)
+  std::string content;
+};
+
+enum class ChatFormat { llama3, chatml, plain };
+
+const char* chat_format_name(ChatFormat format);
+// The family of a GGUF template (plain for an empty or unknown one).
+ChatFormat detect_chat_format(const std::string& jinja_template);
+
+struct RenderedChat {
+  std::string text;                  // encode with BOS for plain, without for llama3 (it has its own)
+  bool add_bos = true;
+  std::vector<size_t> message_ends;  // byte offsets in text where each message ends
+};
+
+// The prompt for `messages`, ending with the assistant's turn header.
+RenderedChat render_chat(ChatFormat format, const std::vector<ChatMessage>& messages);
+
+}  // namespace turbokv::server

@@ -1,0 +1,65 @@
+#include "server/kv_budget.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include <random>
+
+#include "turbokv/dense_cache.hpp"
+#include "turbokv/error.hpp"
+#include "turbokv/turboquant_cache.hpp"
+
+namespace turbokv::server {
+
+size_t allocated_bytes(const KVCache& cache) {
+  if (const auto* tq = dynamic_cast<const TurboQuantKVCache*>(&cache)) return tq->allocated_bytes();
+  if (const auto* dense = dynamic_cast<const DenseKVCache*>(&cache)) return dense->allocated_bytes();
+  return cache.nbytes();
+}
+
+size_t allocated_bytes(const PromptCache& cache) {
+  size_t total = 0;
+  for (size_t l = 0; l < cache.n_layers(); ++l) total += allocated_bytes(cache.layer(l));
+  return total;
+}
+
+KvFootprint::KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens,
+                         size_t chunk)
+    : n_layers_(n_layers), kv_heads_(kv_heads), head_dim_(head_dim) {
+  if (chunk == 0) throw Error("KvFootprint: chunk must be >= 1");
+  per_layer_.assign(max_tokens + 1, 0);
+  // Gaussian vectors: their norms fit every codec (the bytes do not depend on the values).
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t row = static_cast<size_t>(kv_heads) * head_dim;
+  std::vector<float> keys(row * chunk), values(row * chunk);
+  for (auto& x : keys) x = normal(rng);
+  for (auto& x : values) x = normal(rng);
+  for (const size_t step : {size_t{1}, chunk}) {
+    auto cache = make_kv_cache(kv_heads, head_dim, config);
+    per_layer_[0] = std::max(per_layer_[0], allocated_bytes(*cache));
+    size_t n = 0;
+    while (n < max_tokens) {
+      const size_t count = std::min(step, max_tokens - n);
+      cache->append(std::span<const float>(keys.data(), row * count), std::span<const float>(values.data(), row * count),
+                    count);
+      const size_t bytes = allocated_bytes(*cache);
+      for (size_t k = n + 1; k <= n + count; ++k) per_layer_[k] = std::max(per_layer_[k], bytes);
+      n += count;
+    }
+  }
+  for (size_t n = 1; n <= max_tokens; ++n) per_layer_[n] = std::max(per_layer_[n], per_layer_[n - 1]);
+}
+
+size_t KvFootprint::reservation(size_t n_tokens) const {
+  if (n_tokens >= per_layer_.size()) {
+    throw Error(fmt::format("KvFootprint: {} tokens, measured up to {}", n_tokens, per_layer_.size() - 1));
+  }
+  return per_layer_[n_tokens] * static_cast<size_t>(n_layers_);
+}
+
+size_t KvFootprint::fp16_bytes(size_t n_tokens) const {
+  return n_tokens * static_cast<size_t>(n_layers_) * kv_heads_ * head_dim_ * 2 * 2;
+}
+
+}  // namespace turbokv::server

@@ -1,0 +1,73 @@
+// What the HTTP layer hands the scheduler (a tokenized generation request) and what comes back
+// (a stream of events through a RequestHandle shared by both threads).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.hpp"
+
+namespace turbokv::server {
+
+struct GenerationRequest {
+  std::vector<int> prompt;
+  // Token counts at which the prompt's prefix is worth keeping for reuse (e.g. where each chat
+  // message ends); the prompt's own end is always considered.
+  std::vector<size_t> prefix_marks;
+  int max_tokens = 16;  // >= 1; the scheduler clamps it to the context left
+  engine::SamplerOptions sampling;
+  std::vector<std::string> stop;  // generation ends before any of these strings (not returned)
+  bool ignore_eos = false;        // benchmarks: generate max_tokens whatever the model says
+};
+
+struct Usage {
+  size_t prompt_tokens = 0;
+  size_t completion_tokens = 0;
+  size_t cached_tokens = 0;  // prompt tokens restored from the prefix cache, not computed
+};
+
+struct StreamEvent {
+  enum class Kind { text, finished, failed };
+  Kind kind = Kind::text;
+  std::string text;           // Kind::text: the next piece of generated text (whole UTF-8 characters)
+  std::string finish_reason;  // Kind::finished: "stop" or "length"
+  Usage usage;                // Kind::finished
+  std::string error;          // Kind::failed
+};
+
+// One request in flight: the scheduler pushes events, the HTTP thread pops them. cancel() (a
+// client that went away) makes the scheduler drop the sequence at its next step.
+class RequestHandle {
+ public:
+  void push(StreamEvent event) {
+    {
+      std::lock_guard lock(mutex_);
+      events_.push_back(std::move(event));
+    }
+    ready_.notify_all();
+  }
+  // Waits up to `timeout` for the next event; false on timeout.
+  bool wait_next(StreamEvent& out, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+    out = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace turbokv::server

@@ -1,0 +1,384 @@
+#include "server/scheduler.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "engine/batch_forward.hpp"
+#include "engine/sampler.hpp"
+#include "server/prefix_cache.hpp"
+#include "server/text_stream.hpp"
+#include "turbokv/error.hpp"
+#include "turbokv/thread_pool.hpp"
+
+namespace turbokv::server {
+
+struct Scheduler::Sequence {
+  GenerationRequest request;
+  std::shared_ptr<RequestHandle> handle;
+  PromptCache cache;
+  std::vector<KVCache*> layers;
+  size_t reservation = 0;
+  size_t fed = 0;                   // prompt tokens in the cache
+  size_t cached = 0;                // of which restored from the prefix cache
+  std::vector<int> generated;       // sampled tokens (the last one not yet fed)
+  std::optional<engine::Sampler> sampler;
+  std::optional<TextStream> text;
+  std::vector<size_t> snapshot_at;  // page-aligned prompt positions to keep, ascending
+  bool done = false;
+
+  bool prefilling() const { return fed < request.prompt.size(); }
+};
+
+struct Scheduler::Impl {
+  Impl(const engine::Model& model, int threads, size_t page_tokens)
+      : pool(threads), forward(model, pool), prefixes(page_tokens) {}
+  ThreadPool pool;
+  engine::BatchForward forward;
+  PrefixCache prefixes;
+};
+
+namespace {
+
+CacheConfig with_pages(CacheConfig config, size_t page_tokens) {
+  config.dense_page_tokens = page_tokens;
+  config.tq.page_tokens = page_tokens;
+  return config;
+}
+
+int context_of(const engine::Model& model, int ctx) {
+  if (ctx < 0) throw Error(fmt::format("--ctx must be >= 0, got {}", ctx));
+  return ctx == 0 ? model.config.seq_len : std::min(ctx, model.config.seq_len);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokenizer, SchedulerOptions options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_([&] {
+        if (options.page_tokens < 1 || options.page_tokens > 4096) {
+          throw Error(fmt::format("page size {} outside [1, 4096]", options.page_tokens));
+        }
+        if (options.parallel < 1) throw Error(fmt::format("--parallel must be >= 1, got {}", options.parallel));
+        if (options.max_queue < 0) throw Error(fmt::format("--max-queue must be >= 0, got {}", options.max_queue));
+        options.step_tokens = std::max(options.step_tokens, options.page_tokens);
+        options.cache = with_pages(options.cache, options.page_tokens);
+        return options;
+      }()),
+      ctx_(context_of(model, options_.ctx)),
+      footprint_(options_.cache, model.config.n_layers, model.config.n_kv_heads, model.config.head_dim,
+                 static_cast<size_t>(ctx_), options_.page_tokens),
+      impl_(std::make_unique<Impl>(model, options_.threads, options_.page_tokens)) {
+  if (footprint_.reservation(options_.page_tokens + 1) > options_.kv_budget) {
+    throw Error(fmt::format("--kv-budget {} bytes holds not even one sequence of {} tokens ({} bytes)",
+                            options_.kv_budget, options_.page_tokens + 1, footprint_.reservation(options_.page_tokens + 1)));
+  }
+  metrics_.kv_budget = options_.kv_budget;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { drain(std::chrono::milliseconds(0)); }
+
+Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_ptr<RequestHandle> handle,
+                                       std::string* why) {
+  auto say = [&](std::string text) {
+    if (why != nullptr) *why = std::move(text);
+  };
+  const size_t n = request.prompt.size();
+  if (n == 0) {
+    say("the prompt is empty");
+    return Admission::too_large;
+  }
+  if (n >= static_cast<size_t>(ctx_)) {
+    say(fmt::format("the prompt has {} tokens; the context holds {} (prompt and at least one generated token)", n, ctx_));
+    return Admission::too_large;
+  }
+  request.max_tokens = std::max(1, std::min(request.max_tokens, ctx_ - static_cast<int>(n)));
+  const size_t need = footprint_.reservation(n + static_cast<size_t>(request.max_tokens));
+  if (need > options_.kv_budget) {
+    say(fmt::format("the request needs {} bytes of KV cache ({} prompt + {} generated tokens), more than the "
+                    "whole budget of {} bytes; lower max_tokens or the prompt",
+                    need, n, request.max_tokens, options_.kv_budget));
+    return Admission::too_large;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (draining_) {
+      say("the server is shutting down");
+      return Admission::draining;
+    }
+    // Requests beyond the free running slots wait; at most max_queue of them.
+    const size_t free_slots = static_cast<size_t>(options_.parallel) - std::min<size_t>(options_.parallel, metrics_.running);
+    if (waiting_.size() >= static_cast<size_t>(options_.max_queue) + free_slots) {
+      ++metrics_.requests_rejected_total;
+      say(fmt::format("{} requests are waiting (--max-queue {}); retry later", waiting_.size(), options_.max_queue));
+      return Admission::queue_full;
+    }
+    waiting_.emplace_back(std::move(request), std::move(handle));
+    metrics_.waiting = waiting_.size();
+  }
+  wake_.notify_all();
+  return Admission::accepted;
+}
+
+void Scheduler::drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) return;
+    draining_ = true;
+  }
+  wake_.notify_all();
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  {
+    std::unique_lock lock(mutex_);
+    while (!(waiting_.empty() && metrics_.running == 0) && std::chrono::steady_clock::now() < deadline) {
+      wake_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+SchedulerMetrics Scheduler::metrics() const {
+  std::lock_guard lock(mutex_);
+  return metrics_;
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      if (stopping_) break;
+    }
+    try {
+      admit();
+      if (!step()) {
+        // Nothing runnable (the head of the queue waits for room that no running sequence will
+        // free): cannot happen while the budget check in submit() holds; sleep instead of spinning.
+        std::unique_lock lock(mutex_);
+        wake_.wait_for(lock, std::chrono::milliseconds(5));
+      }
+    } catch (const std::exception& e) {
+      // A failed step leaves its sequences' caches in an unknown state: fail all of them.
+      std::fprintf(stderr, "serve: step failed: %s\n", e.what());
+      for (auto& seq : running_) fail(*seq, fmt::format("internal error: {}", e.what()));
+      for (size_t i = running_.size(); i-- > 0;) release(i);
+    }
+    update_gauges();
+    wake_.notify_all();  // drain() waits on the gauges
+  }
+  // Stopping: everything still here is cancelled.
+  for (auto& seq : running_) fail(*seq, "the server shut down before the request finished");
+  for (size_t i = running_.size(); i-- > 0;) release(i);
+  std::lock_guard lock(mutex_);
+  for (auto& [request, handle] : waiting_) {
+    handle->push({StreamEvent::Kind::failed, "", "", {}, "the server shut down before the request started"});
+  }
+  waiting_.clear();
+  metrics_.waiting = 0;
+  metrics_.running = 0;
+}
+
+void Scheduler::admit() {
+  const engine::ModelConfig& c = model_.config;
+  for (;;) {
+    std::pair<GenerationRequest, std::shared_ptr<RequestHandle>> next;
+    {
+      std::lock_guard lock(mutex_);
+      // Requests cancelled while waiting leave without ever running.
+      while (!waiting_.empty() && waiting_.front().second->cancelled()) {
+        ++metrics_.requests_cancelled_total;
+        waiting_.pop_front();
+      }
+      if (waiting_.empty() || running_.size() >= static_cast<size_t>(options_.parallel)) return;
+      const auto& request = waiting_.front().first;
+      const size_t need = footprint_.reservation(request.prompt.size() + static_cast<size_t>(request.max_tokens));
+      while (reserved_ + impl_->prefixes.bytes() + need > options_.kv_budget && impl_->prefixes.size() > 0) {
+        impl_->prefixes.evict_one();
+        ++metrics_.prefix_cache_evictions_total;
+      }
+      if (reserved_ + need > options_.kv_budget) return;  // waits for running sequences to finish
+      next = std::move(waiting_.front());
+      waiting_.pop_front();
+      metrics_.waiting = waiting_.size();
+    }
+    auto seq = std::make_unique<Sequence>();
+    seq->request = std::move(next.first);
+    seq->handle = std::move(next.second);
+    const auto& prompt = seq->request.prompt;
+    seq->reservation = footprint_.reservation(prompt.size() + static_cast<size_t>(seq->request.max_tokens));
+    reserved_ += seq->reservation;
+    // The longest stored prefix, leaving at least one prompt token to compute (its logits start
+    // the generation).
+    const PrefixCache::Entry* hit =
+        options_.prefix_cache ? impl_->prefixes.lookup(prompt, prompt.size() - 1) : nullptr;
+    if (hit != nullptr) {
+      seq->cache = PrefixCache::restore(*hit);
+      seq->fed = seq->cached = hit->tokens.size();
+    } else {
+      seq->cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
+    }
+    for (size_t l = 0; l < seq->cache.n_layers(); ++l) seq->layers.push_back(&seq->cache.layer(l));
+    seq->sampler.emplace(seq->request.sampling);
+    seq->text.emplace(tokenizer_, prompt.back(), seq->request.stop);
+    // Prefixes worth keeping: each mark (and the prompt's end) rounded down to whole pages.
+    if (options_.prefix_cache) {
+      auto marks = seq->request.prefix_marks;
+      marks.push_back(prompt.size() - 1);
+      for (const size_t mark : marks) {
+        const size_t at = std::min(mark, prompt.size() - 1) / options_.page_tokens * options_.page_tokens;
+        if (at > seq->fed) seq->snapshot_at.push_back(at);
+      }
+      std::sort(seq->snapshot_at.begin(), seq->snapshot_at.end());
+      seq->snapshot_at.erase(std::unique(seq->snapshot_at.begin(), seq->snapshot_at.end()), seq->snapshot_at.end());
+    }
+    {
+      std::lock_guard lock(mutex_);
+      metrics_.prompt_tokens_total += prompt.size();
+      metrics_.prompt_tokens_cached_total += seq->cached;
+      metrics_.prompt_tokens_computed_total += prompt.size() - seq->cached;
+      if (options_.prefix_cache) ++(hit != nullptr ? metrics_.prefix_cache_hits_total : metrics_.prefix_cache_misses_total);
+    }
+    running_.push_back(std::move(seq));
+  }
+}
+
+bool Scheduler::step() {
+  // Cancelled sequences leave before the step: their pages are freed now.
+  for (size_t i = running_.size(); i-- > 0;) {
+    if (running_[i]->handle->cancelled()) {
+      {
+        std::lock_guard lock(mutex_);
+        ++metrics_.requests_cancelled_total;
+      }
+      release(i);
+    }
+  }
+  if (running_.empty()) return false;
+  std::vector<engine::BatchEntry> entries;
+  std::vector<Sequence*> owner;
+  size_t rows = 0;
+  for (auto& seq : running_) {
+    if (seq->prefilling()) continue;
+    entries.push_back({std::span<const int>(&seq->generated.back(), 1), seq->layers, true});
+    owner.push_back(seq.get());
+    ++rows;
+  }
+  // Prompt chunks, oldest request first; at least one chunk per step so prompts always advance.
+  const size_t page = options_.page_tokens;
+  for (auto& seq : running_) {
+    while (seq->prefilling()) {
+      const auto& prompt = seq->request.prompt;
+      const size_t end = std::min(prompt.size(), (seq->fed / page + 1) * page);
+      if (rows > 0 && rows + (end - seq->fed) > options_.step_tokens) break;
+      entries.push_back({std::span<const int>(prompt).subspan(seq->fed, end - seq->fed), seq->layers,
+                         end == prompt.size()});
+      owner.push_back(seq.get());
+      rows += end - seq->fed;
+      seq->fed = end;
+      // A prefix to keep ends the sequence's part of this step: the cache holds exactly it then.
+      if (!seq->snapshot_at.empty() && seq->snapshot_at.front() == end) break;
+    }
+  }
+  if (entries.empty()) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  impl_->forward.run(entries);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  size_t generated = 0;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    Sequence& seq = *owner[e];
+    if (!entries[e].want_logits || seq.done) continue;
+    const int token = seq.sampler->sample(impl_->forward.logits(e));
+    seq.generated.push_back(token);
+    ++generated;
+    if (!seq.request.ignore_eos && tokenizer_.is_end_of_generation(token)) {
+      finish(seq, "stop");
+      continue;
+    }
+    std::string piece = seq.text->add(token);
+    if (!piece.empty()) seq.handle->push({StreamEvent::Kind::text, std::move(piece), "", {}, ""});
+    if (seq.text->stopped()) {
+      finish(seq, "stop");
+    } else if (static_cast<int>(seq.generated.size()) >= seq.request.max_tokens ||
+               seq.request.prompt.size() + seq.generated.size() >= static_cast<size_t>(ctx_)) {
+      finish(seq, "length");
+    }
+  }
+  for (auto& seq : running_) take_prefix_snapshots(*seq);
+  for (size_t i = running_.size(); i-- > 0;) {
+    if (running_[i]->done) release(i);
+  }
+  std::lock_guard lock(mutex_);
+  metrics_.generated_tokens_total += generated;
+  ++metrics_.steps_total;
+  metrics_.step_seconds_total += seconds;
+  metrics_.last_batch_rows = rows;
+  size_t sequences = 0;
+  for (size_t e = 0; e < entries.size(); ++e) sequences += (e == 0 || owner[e] != owner[e - 1]) ? 1 : 0;
+  metrics_.last_batch_sequences = sequences;
+  return true;
+}
+
+void Scheduler::take_prefix_snapshots(Sequence& seq) {
+  while (!seq.snapshot_at.empty() && seq.snapshot_at.front() <= seq.fed) {
+    const size_t at = seq.snapshot_at.front();
+    seq.snapshot_at.erase(seq.snapshot_at.begin());
+    // Only a cache holding exactly `at` tokens is that prefix (chunks end on page multiples, so
+    // the cache passes every one of them at the end of some step).
+    if (seq.cache.size() != at || impl_->prefixes.contains(seq.request.prompt, at)) continue;
+    // Kept only within the budget left by the running sequences' reservations.
+    const size_t room = options_.kv_budget - std::min(options_.kv_budget, reserved_ + impl_->prefixes.bytes());
+    if (allocated_bytes(seq.cache) > room) continue;
+    impl_->prefixes.insert(seq.request.prompt, seq.cache);
+  }
+}
+
+void Scheduler::finish(Sequence& seq, const std::string& reason) {
+  std::string rest = seq.text->flush();
+  if (!rest.empty()) seq.handle->push({StreamEvent::Kind::text, std::move(rest), "", {}, ""});
+  StreamEvent done{StreamEvent::Kind::finished, "", reason, {}, ""};
+  done.usage.prompt_tokens = seq.request.prompt.size();
+  done.usage.completion_tokens = seq.generated.size();
+  done.usage.cached_tokens = seq.cached;
+  seq.handle->push(std::move(done));
+  seq.done = true;
+  std::lock_guard lock(mutex_);
+  ++metrics_.requests_finished_total;
+}
+
+void Scheduler::fail(Sequence& seq, const std::string& error) {
+  seq.handle->push({StreamEvent::Kind::failed, "", "", {}, error});
+  seq.done = true;
+  std::lock_guard lock(mutex_);
+  ++metrics_.requests_failed_total;
+}
+
+void Scheduler::release(size_t index) {
+  reserved_ -= running_[index]->reservation;
+  running_.erase(running_.begin() + static_cast<long>(index));
+}
+
+void Scheduler::update_gauges() {
+  size_t allocated = impl_->prefixes.bytes(), tokens = 0;
+  for (const auto& seq : running_) {
+    allocated += allocated_bytes(seq->cache);
+    tokens += seq->cache.size();
+  }
+  std::lock_guard lock(mutex_);
+  metrics_.running = running_.size();
+  metrics_.kv_reserved = reserved_;
+  metrics_.kv_allocated = allocated;
+  metrics_.kv_tokens = tokens;
+  metrics_.prefix_cache_bytes = impl_->prefixes.bytes();
+  metrics_.prefix_cache_entries = impl_->prefixes.size();
+  metrics_.peak_running = std::max(metrics_.peak_running, running_.size());
+  metrics_.peak_kv_allocated = std::max(metrics_.peak_kv_allocated, allocated);
+}
+
+}  // namespace turbokv::server

@@ -1,0 +1,126 @@
+// Scheduler: continuous batching under one KV memory budget.
+//
+// One thread (the engine loop) owns the model's forward pass, every running sequence's caches
+// and the prefix cache. Each step it
+//   1. drops cancelled sequences (their pages are freed before the step runs);
+//   2. admits waiting requests in arrival order while fewer than `parallel` run and the
+//      request's reservation (KvFootprint for prompt + max_tokens tokens) fits in the budget
+//      left by the running sequences' reservations and the prefix cache (whose least recently
+//      used entries are evicted to make room); an admitted request first restores the longest
+//      stored prefix of its prompt;
+//   3. builds one batch: one token of every decoding sequence, then prompt chunks of the
+//      prefilling ones, up to `step_tokens` rows; runs it through BatchForward (each weight
+//      matrix read once for the whole batch);
+//   4. samples each sequence that produced logits, streams its text, finishes it on an
+//      end-of-generation token, a stop string, max_tokens or the context's end.
+// Prompts are cut at fixed positions (multiples of page_tokens), whatever the traffic, so with
+// BatchForward's batch invariance a request's output does not depend on the other requests
+// (and a restored prefix gives what recomputing it would: entries are taken at those cuts).
+//
+// Thread-safety: submit(), metrics() and the lifecycle calls may come from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model.hpp"
+#include "engine/tokenizer.hpp"
+#include "server/kv_budget.hpp"
+#include "server/request.hpp"
+#include "turbokv/prompt_cache.hpp"
+
+namespace turbokv::server {
+
+struct SchedulerOptions {
+  CacheConfig cache;            // page_tokens is taken from page_tokens below
+  size_t kv_budget = 512ull << 20;
+  int parallel = 16;            // running sequences at most
+  int max_queue = 64;           // waiting requests at most (more: rejected)
+  int ctx = 0;                  // context per sequence (0: the model's)
+  int threads = 0;              // matmul and attention threads (0: all cores)
+  size_t page_tokens = 16;      // cache page and prompt chunk size (tokens)
+  size_t step_tokens = 128;     // rows per step at most (decode tokens + prompt chunks)
+  bool prefix_cache = true;
+};
+
+// Counters and gauges for /metrics (a consistent snapshot).
+struct SchedulerMetrics {
+  size_t running = 0, waiting = 0;
+  size_t kv_budget = 0, kv_reserved = 0, kv_allocated = 0, kv_tokens = 0;
+  size_t prefix_cache_bytes = 0, prefix_cache_entries = 0;
+  uint64_t prompt_tokens_total = 0, prompt_tokens_computed_total = 0, prompt_tokens_cached_total = 0;
+  uint64_t generated_tokens_total = 0;
+  uint64_t prefix_cache_hits_total = 0, prefix_cache_misses_total = 0, prefix_cache_evictions_total = 0;
+  uint64_t requests_finished_total = 0, requests_cancelled_total = 0, requests_failed_total = 0;
+  uint64_t requests_rejected_total = 0;
+  uint64_t steps_total = 0;
+  size_t last_batch_sequences = 0, last_batch_rows = 0;
+  size_t peak_running = 0, peak_kv_allocated = 0;
+  double step_seconds_total = 0;
+};
+
+class Scheduler {
+ public:
+  // Throws turbokv::Error on options the model cannot run (e.g. a cache class that does not fit
+  // its head size, a budget smaller than one page).
+  Scheduler(const engine::Model& model, const engine::Tokenizer& tokenizer, SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  enum class Admission { accepted, queue_full, too_large, draining };
+  // Queues the request; events arrive on `handle`. On anything but accepted, *why says why.
+  Admission submit(GenerationRequest request, std::shared_ptr<RequestHandle> handle, std::string* why);
+
+  // Stop admitting; let queued and running requests finish for up to `grace`, then cancel the
+  // rest (their handles get a failed event). Returns when the engine loop has stopped.
+  void drain(std::chrono::milliseconds grace);
+
+  SchedulerMetrics metrics() const;
+  const SchedulerOptions& options() const { return options_; }
+  int context() const { return ctx_; }
+  // Bytes reserved for a sequence growing to n tokens.
+  size_t reservation(size_t n_tokens) const { return footprint_.reservation(n_tokens); }
+  const KvFootprint& footprint() const { return footprint_; }
+
+ private:
+  struct Sequence;
+  void loop();
+  void admit();
+  bool step();
+  void finish(Sequence& seq, const std::string& reason);
+  void fail(Sequence& seq, const std::string& error);
+  void release(size_t index);
+  void take_prefix_snapshots(Sequence& seq);
+  void update_gauges();
+
+  const engine::Model& model_;
+  const engine::Tokenizer& tokenizer_;
+  SchedulerOptions options_;
+  int ctx_;
+  KvFootprint footprint_;
+
+  mutable std::mutex mutex_;  // guards waiting_, draining_, stopping_, metrics_
+  std::condition_variable wake_;
+  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestHandle>>> waiting_;
+  bool draining_ = false;
+  bool stopping_ = false;
+  SchedulerMetrics metrics_;
+
+  // Engine-loop state (the loop thread only).
+  std::vector<std::unique_ptr<Sequence>> running_;
+  size_t reserved_ = 0;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+};
+
+}  // namespace turbokv::server

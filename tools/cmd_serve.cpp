@@ -1,0 +1,153 @@
+// `turbokv serve`: the OpenAI-compatible server (server/), continuous batching under one KV
+// memory budget, TurboQuant 4-bit caches by default.
+//
+//   turbokv serve --model kjv-llama-3M.bin --port 8080 --kv-budget 512MiB
+//
+// Prints "listening on http://HOST:PORT" once bound (before the model loads; /health answers
+// 503 until it has). SIGTERM or SIGINT: stop admitting, let in-flight requests finish (up to
+// --shutdown-grace seconds), cancel the rest, exit 0.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <pthread.h>
+
+#include "command_registry.hpp"
+#include "engine/gguf.hpp"
+#include "engine/model.hpp"
+#include "engine/synthetic_model.hpp"
+#include "engine/synthetic_tokenizer.hpp"
+#include "engine/tokenizer_factory.hpp"
+#include "kv_flags.hpp"
+#include "server/api_server.hpp"
+#include "server/scheduler.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv::tools {
+namespace {
+
+struct ServeArgs {
+  std::string model = "kjv-llama-3M.bin";
+  std::string tokenizer;
+  std::string alias;
+  std::string synthetic_weights = "q8_0";
+  std::shared_ptr<KvFlags> kv = std::make_shared<KvFlags>();
+  server::HttpOptions http;
+  std::string kv_budget = "512MiB";
+  int parallel = 16;
+  int max_queue = 64;
+  int ctx = 0;
+  int threads = 0;
+  size_t page_tokens = 16;
+  size_t step_tokens = 128;
+  bool no_prefix_cache = false;
+  double shutdown_grace = 30;
+};
+
+int run_serve(const ServeArgs& a) {
+  // Signals are taken by sigwait() below, so every thread must block them (threads inherit it).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write is an error return, not a kill
+
+  server::SchedulerOptions so;
+  so.cache = kv_cache_config(*a.kv, 4.0);
+  so.kv_budget = server::parse_byte_size(a.kv_budget);
+  so.parallel = a.parallel;
+  so.max_queue = a.max_queue;
+  so.ctx = a.ctx;
+  so.threads = a.threads;
+  so.page_tokens = a.page_tokens;
+  so.step_tokens = a.step_tokens;
+  so.prefix_cache = !a.no_prefix_cache;
+
+  server::ApiServer api(a.http);
+  const int port = api.listen(a.http.http_threads > 0 ? a.http.http_threads : a.parallel + a.max_queue + 8);
+  std::printf("listening on http://%s:%d\n", a.http.host.c_str(), port);
+  std::fflush(stdout);
+
+  // Load the model while /health says 503.
+  engine::Model model;
+  std::unique_ptr<engine::Tokenizer> tokenizer;
+  server::ChatFormat chat_format = server::ChatFormat::plain;
+  std::string model_id = a.alias;
+  if (a.model.rfind("synthetic:", 0) == 0) {
+    ThreadPool pool(a.threads);
+    const std::string shape = a.model.substr(10);
+    model = engine::make_synthetic_model(shape, engine::parse_synthetic_weight_type(a.synthetic_weights), pool);
+    tokenizer = std::make_unique<engine::SyntheticTokenizer>(model.config.vocab_size);
+    if (model_id.empty()) model_id = a.model + ":" + a.synthetic_weights;
+  } else {
+    const std::string path = resolve_model(a.model);
+    model = engine::load_model(path);
+    tokenizer = engine::load_tokenizer_for_model(model, a.tokenizer);
+    if (model.format == "gguf") {
+      const auto gguf = engine::GgufFile::open(path);
+      const std::string jinja = gguf.get_string_or("tokenizer.chat_template", "");
+      chat_format = server::detect_chat_format(jinja);
+      if (chat_format == server::ChatFormat::plain) {
+        std::fprintf(stderr, "serve: %s; chat uses the plain format (\"role: content\" lines, then \"assistant:\")\n",
+                     jinja.empty() ? "the model has no chat template" : "the model's chat template is not one we render "
+                                                                           "(Llama 3, ChatML)");
+      }
+    }
+    if (model_id.empty()) model_id = std::filesystem::path(path).filename().string();
+  }
+  server::Scheduler scheduler(model, *tokenizer, so);
+  api.attach({model_id, &model, tokenizer.get(), chat_format, &scheduler});
+  const size_t fp16_seq = scheduler.footprint().fp16_bytes(static_cast<size_t>(scheduler.context()));
+  std::printf("model %s: %d layers, %d kv heads x %d, context %d, weights %s; chat %s\n", model_id.c_str(),
+              model.config.n_layers, model.config.n_kv_heads, model.config.head_dim, scheduler.context(),
+              model.weight_type_summary().c_str(), server::chat_format_name(chat_format));
+  std::printf("kv cache %s, pages of %zu tokens; budget %zu bytes = %.1f full-context sequences (fp16: %.1f)\n",
+              kv_cache_label(so.cache).c_str(), so.page_tokens, so.kv_budget,
+              static_cast<double>(so.kv_budget) / static_cast<double>(scheduler.reservation(static_cast<size_t>(scheduler.context()))),
+              static_cast<double>(so.kv_budget) / static_cast<double>(fp16_seq));
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "serve: %s, finishing in-flight requests (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               a.shutdown_grace);
+  api.shutdown(std::chrono::milliseconds(static_cast<long long>(a.shutdown_grace * 1000)));
+  std::fprintf(stderr, "serve: stopped\n");
+  return 0;
+}
+
+const CommandRegistration registration{"serve", [](CLI::App& app) {
+  app.description("OpenAI-compatible HTTP server: continuous batching, one KV budget, prefix reuse, TurboQuant caches");
+  auto a = std::make_shared<ServeArgs>();
+  app.add_option("--model", a->model,
+                 "llama2.c .bin or .gguf (a bare name is looked up in TURBOKV_MODELS_DIR), or synthetic:SHAPE "
+                 "(random weights, e.g. synthetic:llama-3.2-1b)")
+      ->capture_default_str();
+  app.add_option("--weights", a->synthetic_weights, "weight type of a synthetic model (f32, f16, q8_0, q4_0)")
+      ->capture_default_str();
+  app.add_option("--tokenizer", a->tokenizer, "tokenizer.bin (default: tok512.bin next to a .bin model; GGUF: its own)");
+  app.add_option("--alias", a->alias, "model id the API lists and accepts (default: the file name)");
+  app.add_option("--host", a->http.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", a->http.port, "port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", a->http.api_key, "require Authorization: Bearer KEY on /v1/*");
+  add_kv_flags(app, a->kv, "TurboQuant 4-bit, window 32, sinks 1");
+  app.add_option("--kv-budget", a->kv_budget, "bytes all sequences' KV caches (and stored prefixes) may hold, e.g. 512MiB")
+      ->capture_default_str();
+  app.add_option("--parallel", a->parallel, "sequences running at once at most")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--max-queue", a->max_queue, "requests waiting at most (more: 429)")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--ctx", a->ctx, "context per sequence (0: the model's)")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  app.add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--kv-page-tokens", a->page_tokens, "KV page and prompt chunk size in tokens")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--step-tokens", a->step_tokens, "token rows per batched step at most")->capture_default_str()->check(CLI::Range(1, 65536));
+  app.add_flag("--no-prefix-cache", a->no_prefix_cache, "do not keep computed prompt prefixes for reuse");
+  app.add_option("--max-body", a->http.max_body_bytes, "largest request body in bytes (more: 413)")->capture_default_str();
+  app.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")->capture_default_str();
+  return [a] { return run_serve(*a); };
+}};
+
+}  // namespace
+}  // namespace turbokv::tools

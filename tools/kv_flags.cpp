@@ -1,0 +1,78 @@
+#include "kv_flags.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "turbokv/error.hpp"
+
+namespace turbokv::tools {
+
+void add_kv_flags(CLI::App& app, const std::shared_ptr<KvFlags>& a, const std::string& default_text) {
+  auto* kv_bits = app.add_option_function<double>("--kv-bits", [a](double b) { a->kv_bits = b; },
+                                                    "TurboQuant bits for keys and values (default: " + default_text + ")");
+  auto* key_bits = app.add_option_function<double>("--key-bits", [a](double b) { a->key_bits = b; }, "TurboQuant key bits");
+  auto* value_bits = app.add_option_function<double>("--value-bits", [a](double b) { a->value_bits = b; },
+                                                      "TurboQuant value bits");
+  kv_bits->excludes(key_bits)->excludes(value_bits);
+  app.add_option("--kv-codec", a->kv_codec, "key codec: mse or prod")->check(CLI::IsMember({"mse", "prod"}))->capture_default_str();
+  app.add_option_function<size_t>("--kv-window", [a](size_t n) { a->kv_window = n; },
+                                  "newest tokens kept exact (default with TurboQuant: 32)");
+  app.add_option_function<size_t>("--kv-sinks", [a](size_t n) { a->kv_sinks = n; },
+                                  "first tokens kept exact (default with TurboQuant: 1, the BOS token)");
+  app.add_option("--cache", a->cache_spec, "any cache class, e.g. dense, dense:dtype=f32, turboquant:bits=3,window=32, q8_0");
+}
+
+CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits) {
+  const bool any_bits = a.kv_bits || a.key_bits || a.value_bits;
+  if (!a.cache_spec.empty()) {
+    if (any_bits) throw Error("--cache cannot be combined with --kv-bits/--key-bits/--value-bits");
+    if (a.kv_window || a.kv_sinks) throw Error("--cache takes window= and sinks= inside its string, not --kv-window/--kv-sinks");
+    return parse_cache_config(a.cache_spec);
+  }
+  CacheConfig config;
+  if (!any_bits && !default_bits) {
+    if (a.kv_window || a.kv_sinks) throw Error("--kv-window/--kv-sinks need --kv-bits (the dense cache keeps everything)");
+    return config;  // dense fp16
+  }
+  if (a.kv_bits && (a.key_bits || a.value_bits)) throw Error("give either --kv-bits or --key-bits with --value-bits");
+  if (!a.kv_bits && (a.key_bits || a.value_bits) && !(a.key_bits && a.value_bits)) {
+    throw Error("--key-bits and --value-bits go together");
+  }
+  const double bits = a.kv_bits ? *a.kv_bits : default_bits.value_or(4);
+  config.kind = "turboquant";
+  config.tq.key_bits = a.key_bits ? *a.key_bits : bits;
+  config.tq.value_bits = a.value_bits ? *a.value_bits : bits;
+  config.tq.key_codec = parse_codec_kind(a.kv_codec);
+  config.tq.window = a.kv_window.value_or(32);
+  config.tq.sinks = a.kv_sinks.value_or(1);
+  return config;
+}
+
+std::string kv_cache_label(const CacheConfig& config) {
+  if (config.kind == "dense") return "dense " + dense_dtype_name(config.dense_dtype);
+  if (config.kind != "turboquant") return format_cache_config(config);
+  std::string label = fmt::format("turboquant k{}/v{} {}", config.tq.key_bits, config.tq.value_bits,
+                                  codec_kind_name(config.tq.key_codec));
+  if (config.tq.sinks > 0) label += fmt::format(" sinks {}", config.tq.sinks);
+  if (config.tq.window > 0) label += fmt::format(" window {}", config.tq.window);
+  return label;
+}
+
+namespace {
+std::string models_dir() {
+  if (const char* env = std::getenv("TURBOKV_MODELS_DIR"); env != nullptr && *env != '\0') return env;
+  return TURBOKV_MODELS_DIR;
+}
+}  // namespace
+
+std::string resolve_model(const std::string& name) {
+  if (std::filesystem::exists(name) || name.find('/') != std::string::npos) return name;
+  const auto in_models = std::filesystem::path(models_dir()) / name;
+  if (std::filesystem::exists(in_models)) return in_models.string();
+  throw Error(fmt::format("model '{}' not found (nor in {}; set TURBOKV_MODELS_DIR or give a path; see "
+                          "README for where to get the models)", name, models_dir()));
+}
+
+}  // namespace turbokv::tools
