@@ -7,10 +7,15 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libeigen3-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev            # turbokv serve (HTTP/1.1)
   clang-14 libclang-rt-14-dev   # libFuzzer and sanitizer builds
   gnuplot-nox                   # docs/ plots
   bible-kjv fortunes            # evaluation texts (see README)
 )
+
+# The server's end-to-end tests run the official openai npm client: node and npm from Debian
+# unless the machine already has them (e.g. NodeSource's nodejs, which bundles npm).
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -25,3 +30,6 @@ if ((${#missing[@]})); then
 else
   echo "setup: all dependencies present"
 fi
+
+# The end-to-end tests' npm packages (the official openai client), exactly as locked.
+(cd "$(dirname "$0")/../tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)

@@ -115,6 +115,25 @@ size_t PrefixCache::evict_one() {
   return bytes;
 }
 
+void PrefixCache::remember(const std::vector<int>& prompt) {
+  for (const uint64_t h : page_hashes(prompt, prompt.size() / page_tokens_)) {
+    if (!seen_.insert(h).second) continue;
+    seen_order_.push_back(h);
+    if (seen_order_.size() > kMaxSeen) {
+      seen_.erase(seen_order_.front());
+      seen_order_.pop_front();
+    }
+  }
+}
+
+size_t PrefixCache::longest_seen(const std::vector<int>& prompt, size_t limit) const {
+  const auto hashes = page_hashes(prompt, std::min(limit, prompt.size()) / page_tokens_);
+  for (size_t p = hashes.size(); p-- > 0;) {
+    if (seen_.count(hashes[p]) != 0) return (p + 1) * page_tokens_;
+  }
+  return 0;
+}
+
 PromptCache PrefixCache::restore(const Entry& entry) {
   PromptCache cache;
   for (const auto& state : entry.layers) cache.add_layer(load_kv_cache(state));

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <deque>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "turbokv/kv_cache.hpp"
@@ -44,6 +46,14 @@ class PrefixCache {
   // Drops the least recently used entry; returns its bytes (0 if empty).
   size_t evict_one();
 
+  // Prefixes recur before they are stored: a prompt that shares its first pages with an earlier
+  // prompt (a system prompt, a document) marks where the two part, so that point is stored and
+  // the next prompt with that start restores it. remember() notes a prompt's page hashes (the
+  // most recent kMaxSeen); longest_seen() is the longest noted page-aligned prefix of prompt[0, limit).
+  void remember(const std::vector<int>& prompt);
+  size_t longest_seen(const std::vector<int>& prompt, size_t limit) const;
+  static constexpr size_t kMaxSeen = 1 << 16;
+
   // A new PromptCache restored from an entry (bit-identical state).
   static PromptCache restore(const Entry& entry);
 
@@ -60,6 +70,8 @@ class PrefixCache {
   size_t bytes_ = 0;
   std::list<Entry> entries_;  // most recently used first
   std::unordered_multimap<uint64_t, std::list<Entry>::iterator> index_;
+  std::unordered_set<uint64_t> seen_;
+  std::deque<uint64_t> seen_order_;  // oldest first, for the bound
 };
 
 }  // namespace turbokv::server

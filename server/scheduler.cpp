@@ -230,6 +230,8 @@ void Scheduler::admit() {
     if (options_.prefix_cache) {
       auto marks = seq->request.prefix_marks;
       marks.push_back(prompt.size() - 1);
+      marks.push_back(impl_->prefixes.longest_seen(prompt, prompt.size() - 1));
+      impl_->prefixes.remember(prompt);
       for (const size_t mark : marks) {
         const size_t at = std::min(mark, prompt.size() - 1) / options_.page_tokens * options_.page_tokens;
         if (at > seq->fed) seq->snapshot_at.push_back(at);

@@ -1,0 +1,255 @@
+// End-to-end tests of `turbokv serve` with the official OpenAI client (npm `openai`, pinned in
+// package-lock.json) and raw HTTP for malformed input. Each server is started on 127.0.0.1 with
+// an ephemeral port and stopped (SIGTERM, checked to exit 0) at the end. Every request has a
+// timeout. Run: node --test tests/e2e/ (ctest runs it; TURBOKV_TOOL names the binary).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import OpenAI from 'openai';
+
+const TOOL = process.env.TURBOKV_TOOL ?? 'build/turbokv';
+const KEY = 'sk-test-key';
+
+async function startServer(args) {
+  const proc = spawn(TOOL, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  proc.stderr.on('data', (d) => { err += d; });
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${out} ${err}`)), 60000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on (http:\/\/[^\s]+)/);
+      if (m && out.includes('ready')) { clearTimeout(timer); resolve(m[1]); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${err}`)); });
+  });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  return { proc, url, exited, stderr: () => err };
+}
+
+async function stopServer(server) {
+  server.proc.kill('SIGTERM');
+  const result = await Promise.race([server.exited, new Promise((r) => setTimeout(() => r({ code: 'timeout' }), 30000))]);
+  assert.equal(result.code, 0, `server exit ${JSON.stringify(result)}: ${server.stderr()}`);
+}
+
+async function metrics(url) {
+  const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10000) })).text();
+  const values = {};
+  for (const line of text.split('\n')) {
+    const m = line.match(/^(turbokv_[a-z_]+)\s+([0-9.e+-]+)$/);
+    if (m) values[m[1]] = Number(m[2]);
+  }
+  return values;
+}
+
+async function waitFor(predicate, what, ms = 10000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await predicate()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+let main;
+let client;
+const MODEL = 'kjv-llama-3M.bin';
+
+before(async () => {
+  main = await startServer(['--model', MODEL, '--api-key', KEY, '--kv-budget', '64MiB', '--parallel', '16']);
+  client = new OpenAI({ baseURL: `${main.url}/v1`, apiKey: KEY, maxRetries: 0, timeout: 60000 });
+});
+
+after(async () => {
+  if (main) await stopServer(main);
+});
+
+const prompts = [
+  'In the beginning', 'And God said', 'The LORD is my shepherd', 'Blessed are the meek',
+  'And it came to pass', 'Now the serpent', 'For God so loved', 'Jesus wept',
+  'Let there be light', 'Honour thy father', 'In my Father\'s house', 'The heavens declare',
+  'Then said Jesus', 'And the earth was', 'Thou shalt not', 'Behold, I stand',
+];
+
+const greedy = (prompt, extra = {}) =>
+  client.completions.create({ model: MODEL, prompt, max_tokens: 24, temperature: 0, ...extra });
+
+test('models lists the served model', async () => {
+  const list = await client.models.list();
+  assert.deepEqual(list.data.map((m) => m.id), [MODEL]);
+});
+
+test('completion: text, usage and finish_reason length', async () => {
+  const r = await greedy('In the beginning');
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.ok(r.choices[0].text.length > 10, r.choices[0].text);
+  assert.equal(r.usage.completion_tokens, 24);
+  assert.ok(r.usage.prompt_tokens > 3);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  // Greedy is deterministic.
+  assert.equal((await greedy('In the beginning')).choices[0].text, r.choices[0].text);
+});
+
+test('streamed completion equals the whole one, with usage last', async () => {
+  const whole = (await greedy('And God said')).choices[0].text;
+  const stream = await client.completions.create({
+    model: MODEL, prompt: 'And God said', max_tokens: 24, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks += 1;
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(text, whole);
+  assert.equal(finish, 'length');
+  assert.ok(chunks > 5, `only ${chunks} chunks`);
+  assert.equal(usage.completion_tokens, 24);
+});
+
+test('chat completion, streamed and not', async () => {
+  const messages = [{ role: 'system', content: 'The book of Genesis.' }, { role: 'user', content: 'Who made the light?' }];
+  const r = await client.chat.completions.create({ model: MODEL, messages, max_completion_tokens: 20, temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.equal(r.usage.completion_tokens, 20);
+  const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 20, temperature: 0, stream: true });
+  let text = '';
+  let role = null;
+  for await (const chunk of stream) {
+    const delta = chunk.choices[0]?.delta ?? {};
+    if (delta.role) role = delta.role;
+    text += delta.content ?? '';
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(text, r.choices[0].message.content);
+});
+
+test('stop strings end the text before them', async () => {
+  const full = (await greedy('In the beginning', { max_tokens: 40 })).choices[0].text;
+  const cut = full.indexOf(' ', 6);
+  assert.ok(cut > 0, full);
+  const stop = full.slice(cut, cut + 3);
+  const r = await greedy('In the beginning', { max_tokens: 40, stop: [stop, 'zzzz'] });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.equal(r.choices[0].text, full.slice(0, full.indexOf(stop)));
+});
+
+test('16 concurrent greedy requests each equal their solo output', async () => {
+  const solo = [];
+  for (const p of prompts) solo.push((await greedy(p, { max_tokens: 32 })).choices[0].text);
+  const peakBefore = (await metrics(main.url)).turbokv_requests_running_peak;
+  const together = await Promise.all(prompts.map((p) => greedy(p, { max_tokens: 32 })));
+  together.forEach((r, i) => assert.equal(r.choices[0].text, solo[i], `prompt ${i}: ${prompts[i]}`));
+  const m = await metrics(main.url);
+  assert.ok(m.turbokv_requests_running_peak >= 8 && m.turbokv_requests_running_peak >= peakBefore,
+    `peak running ${m.turbokv_requests_running_peak}: the requests did not run together`);
+  await waitFor(async () => (await metrics(main.url)).turbokv_kv_reserved_bytes === 0, 'reservations back to 0');
+});
+
+test('a repeated prompt reuses its prefix and answers the same', async () => {
+  const prompt = 'And the LORD God formed man of the dust of the ground, and breathed into his nostrils the breath of life';
+  const first = await greedy(prompt);
+  const second = await greedy(prompt);
+  assert.equal(second.choices[0].text, first.choices[0].text);
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(second.usage));
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens);
+  const m = await metrics(main.url);
+  assert.ok(m.turbokv_prefix_cache_hits_total >= 1);
+});
+
+test('API errors surface in the client with the right status', async () => {
+  await assert.rejects(greedy('x', { model: 'gpt-4o' }), (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+  await assert.rejects(greedy('x', { n: 2 }), (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
+  await assert.rejects(greedy('x', { max_tokens: -5 }), (e) => e.status === 400 && /max_tokens/.test(e.message));
+  await assert.rejects(greedy('x', { temperature: 'hot' }), (e) => e.status === 400);
+  await assert.rejects(greedy('x'.repeat(4000)), (e) => e.status === 400 && /context/.test(e.message));
+  const wrong = new OpenAI({ baseURL: `${main.url}/v1`, apiKey: 'nope', maxRetries: 0 });
+  await assert.rejects(wrong.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+});
+
+test('malformed requests get OpenAI error objects (raw HTTP)', async () => {
+  const post = (path, body, headers = {}) => fetch(`${main.url}${path}`, {
+    method: 'POST', body, headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json', ...headers },
+    signal: AbortSignal.timeout(10000),
+  });
+  const cases = [
+    ['/v1/completions', '{"prompt": "x", ', 400],
+    ['/v1/completions', '[1, 2]', 400],
+    ['/v1/completions', '{"prompt": 5}', 400],
+    ['/v1/completions', '{"prompt": "x", "max_tokens": 1e12}', 400],
+    ['/v1/completions', '{"prompt": "x", "stop": [1]}', 400],
+    ['/v1/completions', '{"prompt": [1, -3]}', 400],
+    ['/v1/completions', '{"prompt": [1, 99999]}', 400],
+    ['/v1/chat/completions', '{"messages": []}', 400],
+    ['/v1/chat/completions', '{"messages": [{"role": "wizard", "content": "x"}]}', 400],
+    ['/v1/completions', JSON.stringify({ prompt: 'x'.repeat(2 << 20) }), 413],
+    ['/v1/nothing', '{}', 404],
+  ];
+  for (const [path, body, status] of cases) {
+    const r = await post(path, body);
+    assert.equal(r.status, status, `${path} ${body.slice(0, 60)}`);
+    const j = await r.json();
+    assert.equal(typeof j.error.message, 'string', JSON.stringify(j));
+    assert.equal(typeof j.error.type, 'string');
+  }
+  const noKey = await fetch(`${main.url}/v1/models`, { signal: AbortSignal.timeout(10000) });
+  assert.equal(noKey.status, 401);
+  // The server still answers normally after all that.
+  assert.equal((await greedy('In the beginning')).choices[0].finish_reason, 'length');
+});
+
+test('a client that disconnects mid-stream cancels its sequence', async () => {
+  const before = await metrics(main.url);
+  const controller = new AbortController();
+  const stream = await client.completions.create(
+    { model: MODEL, prompt: 'And God said', max_tokens: 200, temperature: 0, stream: true, ignore_eos: true },
+    { signal: controller.signal });
+  let chunks = 0;
+  try {
+    for await (const _ of stream) {
+      chunks += 1;
+      if (chunks === 3) controller.abort();  // the connection closes mid-stream
+    }
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
+  }
+  assert.ok(chunks >= 3 && chunks < 150, `${chunks} chunks arrived`);
+  await waitFor(async () => {
+    const m = await metrics(main.url);
+    return m.turbokv_requests_cancelled_total > before.turbokv_requests_cancelled_total &&
+      m.turbokv_kv_reserved_bytes === 0 && m.turbokv_requests_running === 0;
+  }, 'the cancelled sequence to be freed');
+});
+
+test('a full queue answers 429 with Retry-After', async () => {
+  const small = await startServer(['--model', MODEL, '--parallel', '1', '--max-queue', '1']);
+  try {
+    const c = new OpenAI({ baseURL: `${small.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60000 });
+    const results = await Promise.allSettled(Array.from({ length: 6 }, () =>
+      c.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 150, temperature: 0, ignore_eos: true })));
+    const rejected = results.filter((r) => r.status === 'rejected');
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    assert.ok(ok.length >= 2, `${ok.length} succeeded`);
+    assert.ok(rejected.length >= 1, 'nothing was rejected');
+    for (const r of rejected) {
+      assert.ok(r.reason instanceof OpenAI.RateLimitError, String(r.reason));
+      assert.equal(r.reason.headers['retry-after'], '1');
+    }
+    assert.equal((await metrics(small.url)).turbokv_requests_rejected_total, rejected.length);
+  } finally {
+    await stopServer(small);
+  }
+});

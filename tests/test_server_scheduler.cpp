@@ -1,0 +1,282 @@
+// The server's scheduler without HTTP, on the kjv model: admission under the KV budget,
+// queueing and rejection, cancellation, reservations back to zero, prefix reuse answering
+// exactly as recomputation, batch-invariant outputs; and the pieces under it (KvFootprint's
+// bound, TextStream's stop strings and UTF-8 hold-back, byte sizes).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model.hpp"
+#include "engine/tokenizer_factory.hpp"
+#include "server/api_server.hpp"
+#include "server/kv_budget.hpp"
+#include "server/scheduler.hpp"
+#include "server/text_stream.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv::server {
+namespace {
+
+const std::string kModels = TURBOKV_MODELS_DIR;
+
+struct Kjv {
+  engine::Model model = engine::load_model(kModels + "/kjv-llama-3M.bin");
+  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
+};
+
+const Kjv& kjv() {
+  static const Kjv k;
+  return k;
+}
+
+SchedulerOptions options(const std::string& cache, size_t budget, int parallel = 16, int max_queue = 64) {
+  SchedulerOptions o;
+  o.cache = parse_cache_config(cache);
+  o.kv_budget = budget;
+  o.parallel = parallel;
+  o.max_queue = max_queue;
+  o.threads = 2;
+  return o;
+}
+
+struct Result {
+  std::string text;
+  std::string finish;
+  Usage usage;
+  std::string error;
+};
+
+Result wait(RequestHandle& h) {
+  Result r;
+  StreamEvent ev;
+  for (;;) {
+    if (!h.wait_next(ev, std::chrono::seconds(60))) {
+      r.error = "timeout";
+      return r;
+    }
+    if (ev.kind == StreamEvent::Kind::text) r.text += ev.text;
+    if (ev.kind == StreamEvent::Kind::finished) {
+      r.finish = ev.finish_reason;
+      r.usage = ev.usage;
+      return r;
+    }
+    if (ev.kind == StreamEvent::Kind::failed) {
+      r.error = ev.error;
+      return r;
+    }
+  }
+}
+
+GenerationRequest greedy(const std::string& prompt, int max_tokens) {
+  GenerationRequest g;
+  g.prompt = kjv().tok->encode(prompt, true);
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = 0;
+  return g;
+}
+
+std::shared_ptr<RequestHandle> submit(Scheduler& s, GenerationRequest g) {
+  auto h = std::make_shared<RequestHandle>();
+  std::string why;
+  EXPECT_EQ(s.submit(std::move(g), h, &why), Scheduler::Admission::accepted) << why;
+  return h;
+}
+
+void wait_idle(Scheduler& s) {
+  for (int i = 0; i < 2000; ++i) {
+    const auto m = s.metrics();
+    if (m.running == 0 && m.waiting == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  FAIL() << "scheduler did not become idle";
+}
+
+const std::vector<std::string> kPrompts = {"In the beginning", "And God said unto Moses", "Blessed are the meek",
+                                           "The LORD is my shepherd", "And it came to pass"};
+
+TEST(ServerScheduler, BatchedOutputsEqualSoloOutputs) {
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+  std::vector<std::string> solo;
+  for (const auto& p : kPrompts) solo.push_back(wait(*submit(s, greedy(p, 40))).text);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (const auto& p : kPrompts) handles.push_back(submit(s, greedy(p, 40)));
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const Result r = wait(*handles[i]);
+    EXPECT_EQ(r.text, solo[i]) << kPrompts[i];
+    EXPECT_EQ(r.finish, "length");
+    EXPECT_EQ(r.usage.completion_tokens, 40u);
+  }
+  EXPECT_GE(s.metrics().peak_running, 3u);
+  wait_idle(s);
+  EXPECT_EQ(s.metrics().kv_reserved, 0u);
+}
+
+TEST(ServerScheduler, BudgetBoundsRunningSequencesAndReservationsReturnToZero) {
+  // A budget of exactly two reservations of (prompt + 60) tokens: never more than two run.
+  const auto g = greedy("In the beginning God created", 60);
+  SchedulerOptions probe = options("dense", 64 << 20);
+  Scheduler sizing(kjv().model, *kjv().tok, probe);
+  const size_t need = sizing.reservation(g.prompt.size() + 60);
+  Scheduler s(kjv().model, *kjv().tok, options("dense", 2 * need + need / 2));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 5; ++i) handles.push_back(submit(s, g));
+  for (auto& h : handles) EXPECT_EQ(wait(*h).finish, "length");
+  wait_idle(s);
+  const auto m = s.metrics();
+  EXPECT_EQ(m.peak_running, 2u);
+  EXPECT_EQ(m.kv_reserved, 0u);
+  EXPECT_EQ(m.kv_tokens, 0u);
+  EXPECT_EQ(m.kv_allocated, m.prefix_cache_bytes);  // only stored prefixes remain
+  EXPECT_LE(m.peak_kv_allocated, m.kv_budget);
+  EXPECT_EQ(m.requests_finished_total, 5u);
+}
+
+TEST(ServerScheduler, RefusesWhatCanNeverFitAndWhatOverflowsTheQueue) {
+  Scheduler s(kjv().model, *kjv().tok, options("dense", 1 << 20, 1, 1));
+  std::string why;
+  auto h = std::make_shared<RequestHandle>();
+  // Longer than the context.
+  GenerationRequest too_long;
+  too_long.prompt.assign(static_cast<size_t>(s.context()), 5);
+  EXPECT_EQ(s.submit(too_long, h, &why), Scheduler::Admission::too_large);
+  EXPECT_NE(why.find("context"), std::string::npos) << why;
+  // More KV than the whole budget (1 MiB holds fewer than 256 dense tokens of this model? check).
+  GenerationRequest big = greedy("In the beginning", s.context() - 10);
+  if (s.reservation(big.prompt.size() + big.max_tokens) > (1u << 20)) {
+    EXPECT_EQ(s.submit(big, h, &why), Scheduler::Admission::too_large);
+  }
+  // One running, one waiting, the rest rejected.
+  auto g = greedy("In the beginning", 120);
+  g.ignore_eos = true;
+  auto a = submit(s, g);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto b = submit(s, g);
+  int rejected = 0;
+  for (int i = 0; i < 3; ++i) {
+    rejected += s.submit(g, std::make_shared<RequestHandle>(), &why) == Scheduler::Admission::queue_full;
+  }
+  EXPECT_EQ(rejected, 3);
+  EXPECT_EQ(s.metrics().requests_rejected_total, 3u);
+  EXPECT_EQ(wait(*a).finish, "length");
+  EXPECT_EQ(wait(*b).finish, "length");
+}
+
+TEST(ServerScheduler, CancelFreesTheSequenceWithinAStep) {
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4", 64 << 20));
+  auto g = greedy("In the beginning", 200);
+  g.ignore_eos = true;
+  auto h = submit(s, g);
+  StreamEvent ev;
+  ASSERT_TRUE(h->wait_next(ev, std::chrono::seconds(30)));  // it is running
+  h->cancel();
+  for (int i = 0; i < 2000 && s.metrics().requests_cancelled_total == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  wait_idle(s);
+  const auto m = s.metrics();
+  EXPECT_EQ(m.requests_cancelled_total, 1u);
+  EXPECT_EQ(m.kv_reserved, 0u);
+  EXPECT_LT(m.generated_tokens_total, 200u);
+}
+
+TEST(ServerScheduler, PrefixReuseAnswersExactlyAsRecomputation) {
+  for (const std::string cache : {"turboquant:bits=4,window=32,sinks=1", "dense", "turboquant:bits=3"}) {
+    SCOPED_TRACE(cache);
+    SchedulerOptions off = options(cache, 64 << 20);
+    off.prefix_cache = false;
+    Scheduler plain(kjv().model, *kjv().tok, off);
+    Scheduler reuse(kjv().model, *kjv().tok, options(cache, 64 << 20));
+    const std::string base = "And the LORD God formed man of the dust of the ground, and breathed into his nostrils";
+    auto first = greedy(base + " the breath of life", 30);
+    auto second = greedy(base + " and man became a living soul", 30);
+    const Result want = wait(*submit(plain, second));
+    EXPECT_EQ(want.usage.cached_tokens, 0u);
+    const Result r1 = wait(*submit(reuse, first));
+    EXPECT_EQ(r1.usage.cached_tokens, 0u);
+    // The second prompt shares the first's start: it stores where they part, and the third
+    // (the same again) restores that.
+    const Result miss = wait(*submit(reuse, second));
+    EXPECT_EQ(miss.usage.cached_tokens, 0u);
+    EXPECT_EQ(miss.text, want.text);
+    // A third prompt with the same start restores at least the shared pages (the point where
+    // the first two parted), and answers as recomputation does.
+    auto third = greedy(base + " in the garden eastward in Eden", 30);
+    size_t common = 0;
+    while (common < first.prompt.size() && first.prompt[common] == second.prompt[common]) ++common;
+    const Result want3 = wait(*submit(plain, third));
+    const Result r2 = wait(*submit(reuse, third));
+    EXPECT_GE(r2.usage.cached_tokens, common / 16 * 16);
+    EXPECT_GE(r2.usage.cached_tokens, 16u);
+    EXPECT_EQ(r2.text, want3.text);
+    EXPECT_EQ(reuse.metrics().prefix_cache_hits_total, 1u);
+    // A repeated prompt restores all of it but its last page's worth.
+    const Result again = wait(*submit(reuse, first));
+    EXPECT_EQ(again.usage.cached_tokens, (first.prompt.size() - 1) / 16 * 16);
+    EXPECT_EQ(again.text, r1.text);
+  }
+}
+
+TEST(KvFootprint, ReservationBoundsWhatCachesAllocate) {
+  const auto& c = kjv().model.config;
+  for (const std::string spec : {"dense:page_tokens=16", "turboquant:bits=4,window=32,sinks=1,page_tokens=16",
+                                 "turboquant:key_bits=3,value_bits=2,page_tokens=16"}) {
+    const CacheConfig config = parse_cache_config(spec);
+    const KvFootprint fp(config, c.n_layers, c.n_kv_heads, c.head_dim, 200, 16);
+    std::mt19937 rng(5);
+    auto cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config);
+    std::vector<float> kv(static_cast<size_t>(c.n_kv_heads) * c.head_dim * 20, 0.5f);
+    size_t n = 0;
+    while (n < 200) {
+      const size_t count = std::min<size_t>(200 - n, 1 + rng() % 20);
+      for (size_t l = 0; l < cache.n_layers(); ++l) {
+        cache.layer(l).append(std::span<const float>(kv.data(), count * c.n_kv_heads * c.head_dim),
+                              std::span<const float>(kv.data(), count * c.n_kv_heads * c.head_dim), count);
+      }
+      n += count;
+      EXPECT_LE(allocated_bytes(cache), fp.reservation(n)) << spec << " at " << n;
+      // Not a loose bound: within a page of tokens and the window's spare capacity.
+      EXPECT_LE(fp.reservation(n), allocated_bytes(cache) + fp.reservation(48) + 4096) << spec << " at " << n;
+    }
+    EXPECT_THROW(fp.reservation(201), Error);
+  }
+}
+
+TEST(TextStream, StopStringsAcrossTokensAndUtf8HoldBack) {
+  const auto& tok = *kjv().tok;
+  const auto ids = tok.encode("And God said, Let there be light", true);
+  TextStream plain(tok, ids[0], {});
+  std::string all;
+  for (size_t i = 1; i < ids.size(); ++i) all += plain.add(ids[i]);
+  all += plain.flush();
+  EXPECT_EQ(all, tok.decode_all(ids));
+  TextStream stopping(tok, ids[0], {"Let th", "never"});
+  std::string got;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    got += stopping.add(ids[i]);
+    if (stopping.stopped()) break;
+  }
+  EXPECT_TRUE(stopping.stopped());
+  EXPECT_EQ(got, all.substr(0, all.find("Let th")));
+  EXPECT_EQ(complete_utf8_prefix("ab\xC3"), 2u);
+  EXPECT_EQ(complete_utf8_prefix("ab\xC3\xA9"), 4u);
+  EXPECT_EQ(complete_utf8_prefix("\xE2\x82"), 0u);
+  EXPECT_EQ(complete_utf8_prefix("\xF0\x9F\x98\x80"), 4u);
+}
+
+TEST(ServerOptions, ByteSizes) {
+  EXPECT_EQ(parse_byte_size("512MiB"), 512u << 20);
+  EXPECT_EQ(parse_byte_size("2GiB"), 2ull << 30);
+  EXPECT_EQ(parse_byte_size("1000"), 1000u);
+  EXPECT_EQ(parse_byte_size("3MB"), 3000000u);
+  for (const char* bad : {"", "MiB", "12XB", "-5", "99999999999999999999", "4096000GiB"}) {
+    EXPECT_THROW(parse_byte_size(bad), Error) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace turbokv::server
