@@ -32,14 +32,14 @@ else
 echo "== TSan: build-tsan (concurrency tests)"
 cmake -S . -B build-tsan "${generator[@]}" "${common[@]}" -DTURBOKV_SANITIZE=thread \
   -DTURBOKV_BUILD_TOOLS=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_concurrency test_thread_pool
+cmake --build build-tsan -j"$jobs" --target test_concurrency test_thread_pool test_server_scheduler
 # Kernels with 32 bits of mmap randomness break TSan's memory layout ("unexpected memory
 # mapping"); running without address randomization avoids it.
 tsan_run=()
 if command -v setarch >/dev/null && setarch "$(uname -m)" -R true 2>/dev/null; then
   tsan_run=(setarch "$(uname -m)" -R)
 fi
-for t in test_concurrency test_thread_pool; do
+for t in test_concurrency test_thread_pool test_server_scheduler; do
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} "${tsan_run[@]}" "build-tsan/tests/$t"
 done
 echo "== TSan done after $((SECONDS - start)) s"
