@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string_view>
 #include <vector>
 
 #include "engine/matmul_kernels.hpp"
@@ -197,12 +198,36 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     x_q8.resize(q8_stride * batch);
     for (size_t t = 0; t < batch; ++t) quantize_row(GgmlType::Q8_0, x + t * cols, cols, x_q8.data() + t * q8_stride);
     const uint8_t* xq = x_q8.data();
+    // Q8_0 weights on AVX2: four activations per pass over the row (same bits as dot_q8).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const bool by_four = w.type == GgmlType::Q8_0 && std::string_view(kernel_isa()) == "avx2";
+#else
+    constexpr bool by_four = false;
+#endif
     pool.parallel_for(
         rows,
         [&](size_t begin, size_t end) {
-          for (size_t r = begin; r < end; ++r) {
-            const uint8_t* row = base + r * stride;
-            for (size_t t = 0; t < batch; ++t) y[t * rows + r] = k.dot_q8(row, xq + t * q8_stride, cols);
+          // Tiles of 8 weight rows x 4 activations: both stay in L1 while the tile is multiplied,
+          // and each weight row is still read from memory once for the whole batch.
+          for (size_t r0 = begin; r0 < end; r0 += 8) {
+            const size_t r1 = std::min(end, r0 + 8);
+            size_t t = 0;
+            if (by_four) {
+              for (; t + 4 <= batch; t += 4) {
+                const uint8_t* xs[4] = {xq + t * q8_stride, xq + (t + 1) * q8_stride, xq + (t + 2) * q8_stride,
+                                        xq + (t + 3) * q8_stride};
+                for (size_t r = r0; r < r1; ++r) {
+                  float out[4];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+                  detail::dot_q8_x4_q8_0(base + r * stride, xs, cols, out);
+#endif
+                  for (int i = 0; i < 4; ++i) y[(t + i) * rows + r] = out[i];
+                }
+              }
+            }
+            for (; t < batch; ++t) {
+              for (size_t r = r0; r < r1; ++r) y[t * rows + r] = k.dot_q8(base + r * stride, xq + t * q8_stride, cols);
+            }
           }
         },
         min_chunk);
