@@ -154,7 +154,8 @@ TEST(ServerScheduler, RefusesWhatCanNeverFitAndWhatOverflowsTheQueue) {
   auto g = greedy("In the beginning", 120);
   g.ignore_eos = true;
   auto a = submit(s, g);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 20000 && s.metrics().running == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(s.metrics().running, 1u);
   auto b = submit(s, g);
   int rejected = 0;
   for (int i = 0; i < 3; ++i) {
