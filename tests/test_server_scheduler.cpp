@@ -41,6 +41,7 @@ SchedulerOptions options(const std::string& cache, size_t budget, int parallel =
   o.parallel = parallel;
   o.max_queue = max_queue;
   o.threads = 2;
+  o.page_tokens = 16;  // the expectations below count in pages of 16
   return o;
 }
 

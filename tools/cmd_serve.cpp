@@ -40,7 +40,7 @@ struct ServeArgs {
   int max_queue = 64;
   int ctx = 0;
   int threads = 0;
-  size_t page_tokens = 16;
+  size_t page_tokens = 32;  // see SchedulerOptions::page_tokens
   size_t step_tokens = 128;
   bool no_prefix_cache = false;
   double shutdown_grace = 30;
