@@ -56,7 +56,7 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write is an error return, not a kill
 
   server::SchedulerOptions so;
-  so.cache = kv_cache_config(*a.kv, 4.0);
+  so.cache = kv_cache_config(*a.kv, 4.0, DenseDtype::f16);
   so.kv_budget = server::parse_byte_size(a.kv_budget);
   so.parallel = a.parallel;
   so.max_queue = a.max_queue;
@@ -134,7 +134,7 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
   app.add_option("--host", a->http.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->http.port, "port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--api-key", a->http.api_key, "require Authorization: Bearer KEY on /v1/*");
-  add_kv_flags(app, a->kv, "TurboQuant 4-bit, window 32, sinks 1");
+  add_kv_flags(app, a->kv, "TurboQuant 4-bit, window 32 and sinks 1 stored in fp16");
   app.add_option("--kv-budget", a->kv_budget, "bytes all sequences' KV caches (and stored prefixes) may hold, e.g. 512MiB")
       ->capture_default_str();
   app.add_option("--parallel", a->parallel, "sequences running at once at most")->capture_default_str()->check(CLI::Range(1, 4096));

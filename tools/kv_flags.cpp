@@ -21,19 +21,26 @@ void add_kv_flags(CLI::App& app, const std::shared_ptr<KvFlags>& a, const std::s
                                   "newest tokens kept exact (default with TurboQuant: 32)");
   app.add_option_function<size_t>("--kv-sinks", [a](size_t n) { a->kv_sinks = n; },
                                   "first tokens kept exact (default with TurboQuant: 1, the BOS token)");
+  app.add_option_function<std::string>("--kv-exact", [a](const std::string& t) { a->kv_exact = t; },
+                                       "storage of the exact sinks and window: f16 or f32")
+      ->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--cache", a->cache_spec, "any cache class, e.g. dense, dense:dtype=f32, turboquant:bits=3,window=32, q8_0");
 }
 
-CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits) {
+CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits, DenseDtype default_exact) {
   const bool any_bits = a.kv_bits || a.key_bits || a.value_bits;
   if (!a.cache_spec.empty()) {
     if (any_bits) throw Error("--cache cannot be combined with --kv-bits/--key-bits/--value-bits");
-    if (a.kv_window || a.kv_sinks) throw Error("--cache takes window= and sinks= inside its string, not --kv-window/--kv-sinks");
+    if (a.kv_window || a.kv_sinks || a.kv_exact) {
+      throw Error("--cache takes window=, sinks= and exact= inside its string, not --kv-window/--kv-sinks/--kv-exact");
+    }
     return parse_cache_config(a.cache_spec);
   }
   CacheConfig config;
   if (!any_bits && !default_bits) {
-    if (a.kv_window || a.kv_sinks) throw Error("--kv-window/--kv-sinks need --kv-bits (the dense cache keeps everything)");
+    if (a.kv_window || a.kv_sinks || a.kv_exact) {
+      throw Error("--kv-window/--kv-sinks/--kv-exact need --kv-bits (the dense cache keeps everything)");
+    }
     return config;  // dense fp16
   }
   if (a.kv_bits && (a.key_bits || a.value_bits)) throw Error("give either --kv-bits or --key-bits with --value-bits");
@@ -47,6 +54,7 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
   config.tq.key_codec = parse_codec_kind(a.kv_codec);
   config.tq.window = a.kv_window.value_or(32);
   config.tq.sinks = a.kv_sinks.value_or(1);
+  config.tq.exact_dtype = a.kv_exact ? parse_dense_dtype(*a.kv_exact) : default_exact;
   return config;
 }
 
@@ -57,6 +65,7 @@ std::string kv_cache_label(const CacheConfig& config) {
                                   codec_kind_name(config.tq.key_codec));
   if (config.tq.sinks > 0) label += fmt::format(" sinks {}", config.tq.sinks);
   if (config.tq.window > 0) label += fmt::format(" window {}", config.tq.window);
+  if ((config.tq.window > 0 || config.tq.sinks > 0) && config.tq.exact_dtype == DenseDtype::f16) label += " (fp16)";
   return label;
 }
 

@@ -24,15 +24,17 @@ struct KvFlags {
   // codes move its logit by ~1 and flip near-ties (see the issue 5 note in docs/benchmarks.md).
   std::optional<size_t> kv_sinks;
   std::string cache_spec;
+  std::optional<std::string> kv_exact;  // storage of sinks and window: f16 or f32
 };
 
 // Adds --kv-bits, --key-bits, --value-bits, --kv-codec, --kv-window, --kv-sinks, --cache.
 void add_kv_flags(CLI::App& app, const std::shared_ptr<KvFlags>& flags, const std::string& default_text);
 
 // The cache the flags ask for; without any bits flag: `default_bits` TurboQuant bits (serve),
-// or the dense fp16 cache when default_bits is empty (generate). Throws turbokv::Error on a
-// contradictory combination.
-CacheConfig kv_cache_config(const KvFlags& flags, std::optional<double> default_bits);
+// or the dense fp16 cache when default_bits is empty (generate). The exact regions of a
+// TurboQuant cache are stored as `default_exact` unless --kv-exact says otherwise. Throws
+// turbokv::Error on a contradictory combination.
+CacheConfig kv_cache_config(const KvFlags& flags, std::optional<double> default_bits, DenseDtype default_exact);
 
 // "dense f16", "turboquant k4/v4 mse sinks 1 window 32", ...
 std::string kv_cache_label(const CacheConfig& config);

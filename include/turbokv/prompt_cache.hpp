@@ -6,6 +6,7 @@
 //   "dense"                       "dense:dtype=f32"
 //   "turboquant:bits=3"           "turboquant:key_bits=4,value_bits=2,window=64,sinks=4"
 //   "turboquant:key_codec=prod,rotation=haar,seed=7,fp32_norm=1,norm_correction=1"
+//   "turboquant:bits=4,window=32,sinks=1,exact=f16"  (sinks and window stored in fp16)
 //   "q8_0:hadamard=1"             (options of other classes go to CacheConfig.options)
 // Common keys: page_tokens (both built-ins), dense_layers=0;31 (layers kept dense).
 //

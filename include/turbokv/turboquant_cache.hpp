@@ -3,10 +3,10 @@
 //
 // Token order. The cache's tokens, oldest first, are in three regions:
 //   sinks      [0, n_sinks())                      the first options.sinks tokens ever appended,
-//                                                   exact float32;
+//                                                   exact float32 (or fp16: exact_dtype);
 //   compressed [n_sinks(), n_sinks()+compressed_size())  TurboQuant codes in pages;
 //   window     [.., size())                         the newest (at most options.window) tokens,
-//                                                   exact float32.
+//                                                   exact float32 (or fp16).
 // append() fills the sinks first, then the window; when the window would exceed options.window
 // tokens its oldest tokens are encoded into the compressed pages (oldest first), so every token
 // is encoded exactly once, by the same codec call whatever the append chunking: appending in
@@ -21,8 +21,8 @@
 //   norm). value_codes(p, h) likewise with the value codec. Each head's slab starts 64-byte
 //   aligned (the slab stride is page_tokens * code_size rounded up to 64); every page but the
 //   last is full.
-//   sink_keys(h) / sink_values(h) -> [n_sinks()][head_dim] float32, contiguous.
-//   window_keys(h) / window_values(h) -> [window_size()][head_dim] float32, contiguous.
+//   sink_keys(h) / sink_values(h) -> [n_sinks()][head_dim] float32 (or fp16, *_f16()), contiguous.
+//   window_keys(h) / window_values(h) -> [window_size()][head_dim] float32 (or fp16), contiguous.
 //   The window pointers move as tokens leave the window (valid until the next append/trim).
 //
 // Codecs: keys use options.key_codec (mse or prod) with options.seed; values use TurboQuantMse
@@ -32,7 +32,7 @@
 // Memory accounting (nbytes(), exact, what the cache holds; scratch, the shared codebooks and
 // rotation matrices excluded):
 //   nbytes = kv_heads * ( compressed_size() * (key_code_size() + value_code_size())
-//                         + (n_sinks() + window_size()) * head_dim * 4 * 2
+//                         + (n_sinks() + window_size()) * head_dim * e * 2   (e: 4, or 2 for f16)
 //                         + (centered and compressed_size() > 0 ? head_dim * 4 * 2 : 0) ).
 // With mse codecs and fp16 norms, code_size = ceil(head_dim*bits/8) + 2 (per group packing, see
 // codec.hpp), so at head_dim 128, 3 bits a token costs 2*(48+2) bytes per head vs 512 at fp16.
@@ -88,8 +88,8 @@ struct TurboQuantCacheOptions {
   // centroids shrink a vector); lowers logit KL by a third on kjv-llama-3M at 2-4 bits, so it
   // is the default (docs/benchmarks.md).
   bool norm_correction = true;
-  size_t window = 0;  // the newest `window` tokens kept exact (f32)
-  size_t sinks = 0;   // the first `sinks` tokens kept exact (f32)
+  size_t window = 0;  // the newest `window` tokens kept exact (exact_dtype)
+  size_t sinks = 0;   // the first `sinks` tokens kept exact (exact_dtype)
   // Exact centering (needs sinks >= 1): once the sinks are filled, their per-head mean key and
   // mean value are kept, and every compressed key and value is stored minus that mean, so the
   // codec sees only what differs from the common component. Attention stays exact: a fixed
@@ -98,6 +98,12 @@ struct TurboQuantCacheOptions {
   // tokens' softmax mass. fetch() adds the means back.
   bool center = false;
   size_t page_tokens = 256;
+  // Storage of the exact regions (sinks and window). f16: as the dense cache stores tokens
+  // (half the bytes; at 1K-token conversations an f32 window of 32 is 12% of a 4-bit cache);
+  // then every appended key and value is first rounded to fp16 (finite values beyond its range
+  // are rejected), so a token is the same whether it is compressed on arrival or after passing
+  // through the window, and appending in any chunks still gives bit-identical caches.
+  DenseDtype exact_dtype = DenseDtype::f32;
 };
 
 class TurboQuantKVCache : public KVCache {
@@ -133,10 +139,17 @@ class TurboQuantKVCache : public KVCache {
   size_t n_sinks() const { return n_sinks_; }
   size_t compressed_size() const { return compressed_size_; }
   size_t window_size() const { return window_size_; }
+  // float32 exact regions (exact_dtype f32 only; throws otherwise).
   const float* sink_keys(int head) const;
   const float* sink_values(int head) const;
   const float* window_keys(int head) const;
   const float* window_values(int head) const;
+  // fp16 exact regions (exact_dtype f16 only; throws otherwise), same layout.
+  const uint16_t* sink_keys_f16(int head) const;
+  const uint16_t* sink_values_f16(int head) const;
+  const uint16_t* window_keys_f16(int head) const;
+  const uint16_t* window_values_f16(int head) const;
+  bool exact_f16() const { return options_.exact_dtype == DenseDtype::f16; }
 
   size_t num_pages() const { return pages_.size(); }
   size_t page_tokens() const { return options_.page_tokens; }
@@ -159,6 +172,12 @@ class TurboQuantKVCache : public KVCache {
   struct Page;
   float* sink_ptr(bool value, int head) const;
   float* window_base(bool value, int head) const;
+  uint16_t* sink_ptr16(bool value, int head) const;
+  uint16_t* window_base16(bool value, int head) const;
+  // Rows [slot, slot + count) of one head's sinks (window = false) or window buffer (slot
+  // counted from the buffer's start) to or from float, whatever the storage type.
+  void write_exact(bool window, bool value, int head, size_t slot, const float* src, size_t count);
+  void read_exact(bool window, bool value, int head, size_t slot, size_t count, float* dst) const;
   uint8_t* codes_ptr(size_t page, int head, bool value) const;
   size_t head_stride_bytes(bool value) const;
   // Encodes `count` tokens (per head h: keys + h*stride .. contiguous) into the pages.
@@ -187,6 +206,7 @@ class TurboQuantKVCache : public KVCache {
   size_t window_capacity_ = 0;  // slots per head in the window buffers (grown on demand)
   std::vector<float> sink_buf_[2];    // [keys|values] -> [kv_heads][options.sinks][head_dim]
   std::vector<float> window_buf_[2];  // [keys|values] -> [kv_heads][window_capacity_][head_dim]
+  std::vector<uint16_t> sink16_[2], window16_[2];  // the same, fp16, when exact_dtype is f16
   std::vector<float> center_buf_[2];  // [keys|values] -> [kv_heads][head_dim] (center only)
   std::vector<std::unique_ptr<Page>> pages_;
 };

@@ -15,6 +15,7 @@
 // each part zero padded to a multiple of 8. Accumulator row: [value group0 | value group1 |
 // original-basis values].
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "attention/attention_engine.hpp"
@@ -146,34 +147,53 @@ class TurboQuantSource : public BlockSource {
   void process(int head, size_t begin, size_t end, Tile& tile) const override {
     const size_t n_sinks = cache_.n_sinks();
     const size_t compressed_end = n_sinks + cache_.compressed_size();
+    const bool f16 = cache_.exact_f16();
     if (begin < n_sinks) {
-      exact_range(cache_.sink_keys(head), cache_.sink_values(head), 0, begin,
-                  std::min(end, n_sinks), tile);
+      if (f16) {
+        exact_range(cache_.sink_keys_f16(head), cache_.sink_values_f16(head), 0, begin, std::min(end, n_sinks), tile);
+      } else {
+        exact_range(cache_.sink_keys(head), cache_.sink_values(head), 0, begin, std::min(end, n_sinks), tile);
+      }
     }
     if (begin < compressed_end && end > n_sinks) {
       compressed_range(head, std::max(begin, n_sinks), std::min(end, compressed_end), tile);
     }
     if (end > compressed_end) {
-      exact_range(cache_.window_keys(head), cache_.window_values(head), compressed_end,
-                  std::max(begin, compressed_end), end, tile);
+      if (f16) {
+        exact_range(cache_.window_keys_f16(head), cache_.window_values_f16(head), compressed_end,
+                    std::max(begin, compressed_end), end, tile);
+      } else {
+        exact_range(cache_.window_keys(head), cache_.window_values(head), compressed_end,
+                    std::max(begin, compressed_end), end, tile);
+      }
     }
   }
 
  private:
-  // Float32 tokens [begin, end) of a region that starts at token `first` (rows of dim floats).
-  void exact_range(const float* keys, const float* values, size_t first, size_t begin, size_t end,
-                   Tile& tile) const {
+  // Exact tokens [begin, end) of a region that starts at token `first` (rows of dim float32 or
+  // fp16 values: the dense kernels of either type).
+  template <typename T>
+  void exact_range(const T* keys, const T* values, size_t first, size_t begin, size_t end, Tile& tile) const {
     const KernelTable& k = *tile.kernels;
     for (size_t t = begin; t < end;) {
       const size_t n = std::min<size_t>(kBlockTokens, end - t);
-      const float* kb = keys + (t - first) * dim_;
-      const float* vb = values + (t - first) * dim_;
+      const T* kb = keys + (t - first) * dim_;
+      const T* vb = values + (t - first) * dim_;
       tile.step(
           n, t,
-          [&](float* s) { k.dots_f32(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s, kBlockTokens); },
+          [&](float* s) {
+            if constexpr (std::is_same_v<T, float>) {
+              k.dots_f32(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s, kBlockTokens);
+            } else {
+              k.dots_f16(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s, kBlockTokens);
+            }
+          },
           [&](const float* w) {
-            k.accumulate_f32(w, kBlockTokens, tile.rows, vb, n, dim_, tile.acc.data() + acc_orig_,
-                             tile.acc_width);
+            if constexpr (std::is_same_v<T, float>) {
+              k.accumulate_f32(w, kBlockTokens, tile.rows, vb, n, dim_, tile.acc.data() + acc_orig_, tile.acc_width);
+            } else {
+              k.accumulate_f16(w, kBlockTokens, tile.rows, vb, n, dim_, tile.acc.data() + acc_orig_, tile.acc_width);
+            }
           });
       t += n;
     }

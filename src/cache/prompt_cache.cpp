@@ -92,6 +92,8 @@ CacheConfig parse_cache_config(const std::string& spec) {
         tq.window = parse_number<size_t>(key, value);
       } else if (key == "sinks") {
         tq.sinks = parse_number<size_t>(key, value);
+      } else if (key == "exact") {
+        tq.exact_dtype = parse_dense_dtype(value);
       } else {
         detail::fail("cache config: unknown turboquant option '{}'", key);
       }
@@ -122,6 +124,7 @@ std::string format_cache_config(const CacheConfig& c) {
     items.push_back(fmt::format("window={}", t.window));
     items.push_back(fmt::format("sinks={}", t.sinks));
     if (t.center) items.push_back("center=1");
+    if (t.exact_dtype != DenseDtype::f32) items.push_back("exact=" + dense_dtype_name(t.exact_dtype));
     items.push_back(fmt::format("page_tokens={}", t.page_tokens));
   } else {
     for (const auto& [k, v] : c.options) items.push_back(k + "=" + v);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "cache/aligned_buffer.hpp"
 #include "cache/cache_state_util.hpp"
@@ -85,11 +86,18 @@ TurboQuantKVCache::TurboQuantKVCache(int kv_heads, int head_dim,
   // The sink buffers are allocated up front ([kv_heads][sinks][head_dim] for keys and values),
   // so their size is bounded before allocating: a file's metadata must not be able to request
   // gigabytes (2^24 sinks of 64 heads x 128 would be 512 GiB).
+  TURBOKV_CHECK(options.exact_dtype == DenseDtype::f32 || options.exact_dtype == DenseDtype::f16,
+                "TurboQuantKVCache: unknown exact_dtype {}", static_cast<int>(options.exact_dtype));
   const size_t sink_bytes_per_token = 2 * sizeof(float) * static_cast<size_t>(kv_heads) * head_dim;
   TURBOKV_CHECK(options.sinks <= kMaxSinkBytes / sink_bytes_per_token,
                 "TurboQuantKVCache: {} sinks of {} kv heads x {} would take more than {} MiB of "
                 "exact storage", options.sinks, kv_heads, head_dim, kMaxSinkBytes >> 20);
-  for (auto& buf : sink_buf_) buf.resize(static_cast<size_t>(kv_heads) * options.sinks * head_dim);
+  const size_t sink_elements = static_cast<size_t>(kv_heads) * options.sinks * head_dim;
+  if (options.exact_dtype == DenseDtype::f16) {
+    for (auto& buf : sink16_) buf.resize(sink_elements);
+  } else {
+    for (auto& buf : sink_buf_) buf.resize(sink_elements);
+  }
   TURBOKV_CHECK(!options.center || options.sinks >= 1,
                 "TurboQuantKVCache: centering needs at least one sink token (its mean is taken from "
                 "the sinks)");
@@ -101,7 +109,8 @@ TurboQuantKVCache::TurboQuantKVCache(int kv_heads, int head_dim,
 TurboQuantKVCache::~TurboQuantKVCache() = default;
 
 size_t TurboQuantKVCache::nbytes() const {
-  const size_t exact = (n_sinks_ + window_size_) * static_cast<size_t>(head_dim_) * 4 * 2;
+  const size_t element = exact_f16() ? 2 : 4;
+  const size_t exact = (n_sinks_ + window_size_) * static_cast<size_t>(head_dim_) * element * 2;
   // A centered cache's two means decode every compressed token, so they count once any is held.
   const size_t means = options_.center && compressed_size_ > 0 ? static_cast<size_t>(head_dim_) * 4 * 2 : 0;
   return static_cast<size_t>(kv_heads_) *
@@ -112,6 +121,7 @@ size_t TurboQuantKVCache::allocated_bytes() const {
   size_t total = pages_.size() * kv_heads_ * (head_stride_bytes(false) + head_stride_bytes(true));
   for (int i = 0; i < 2; ++i) {
     total += (sink_buf_[i].size() + window_buf_[i].size() + center_buf_[i].size()) * sizeof(float);
+    total += (sink16_[i].size() + window16_[i].size()) * sizeof(uint16_t);
   }
   return total;
 }
@@ -156,22 +166,58 @@ float* TurboQuantKVCache::window_base(bool value, int head) const {
   return buf.data() + static_cast<size_t>(head) * window_capacity_ * head_dim_;
 }
 
-const float* TurboQuantKVCache::sink_keys(int head) const {
-  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
-  return sink_ptr(false, head);
+uint16_t* TurboQuantKVCache::sink_ptr16(bool value, int head) const {
+  auto& buf = const_cast<std::vector<uint16_t>&>(sink16_[value ? 1 : 0]);
+  return buf.data() + static_cast<size_t>(head) * options_.sinks * head_dim_;
 }
-const float* TurboQuantKVCache::sink_values(int head) const {
-  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
-  return sink_ptr(true, head);
+
+uint16_t* TurboQuantKVCache::window_base16(bool value, int head) const {
+  auto& buf = const_cast<std::vector<uint16_t>&>(window16_[value ? 1 : 0]);
+  return buf.data() + static_cast<size_t>(head) * window_capacity_ * head_dim_;
 }
-const float* TurboQuantKVCache::window_keys(int head) const {
-  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
-  return window_base(false, head) + window_start_ * head_dim_;
+
+void TurboQuantKVCache::write_exact(bool window, bool value, int head, size_t slot, const float* src,
+                                    size_t count) {
+  const size_t n = count * head_dim_;
+  if (n == 0) return;
+  if (exact_f16()) {
+    uint16_t* dst = (window ? window_base16(value, head) : sink_ptr16(value, head)) + slot * head_dim_;
+    for (size_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+  } else {
+    float* dst = (window ? window_base(value, head) : sink_ptr(value, head)) + slot * head_dim_;
+    std::memcpy(dst, src, n * sizeof(float));
+  }
 }
-const float* TurboQuantKVCache::window_values(int head) const {
-  TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head);
-  return window_base(true, head) + window_start_ * head_dim_;
+
+void TurboQuantKVCache::read_exact(bool window, bool value, int head, size_t slot, size_t count,
+                                   float* dst) const {
+  const size_t n = count * head_dim_;
+  if (n == 0) return;
+  if (exact_f16()) {
+    const uint16_t* src = (window ? window_base16(value, head) : sink_ptr16(value, head)) + slot * head_dim_;
+    for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+  } else {
+    const float* src = (window ? window_base(value, head) : sink_ptr(value, head)) + slot * head_dim_;
+    std::memcpy(dst, src, n * sizeof(float));
+  }
 }
+
+#define TKV_EXACT_ACCESSOR(type, name, check, expr)                                        \
+  const type* TurboQuantKVCache::name(int head) const {                                    \
+    TURBOKV_CHECK(head >= 0 && head < kv_heads_, "TurboQuantKVCache: head {} out of range", head); \
+    TURBOKV_CHECK(check, "TurboQuantKVCache::" #name ": the exact regions are stored as {}",  \
+                  exact_f16() ? "fp16 (use the _f16 accessors)" : "float32");              \
+    return expr;                                                                           \
+  }
+TKV_EXACT_ACCESSOR(float, sink_keys, !exact_f16(), sink_ptr(false, head))
+TKV_EXACT_ACCESSOR(float, sink_values, !exact_f16(), sink_ptr(true, head))
+TKV_EXACT_ACCESSOR(float, window_keys, !exact_f16(), window_base(false, head) + window_start_ * head_dim_)
+TKV_EXACT_ACCESSOR(float, window_values, !exact_f16(), window_base(true, head) + window_start_ * head_dim_)
+TKV_EXACT_ACCESSOR(uint16_t, sink_keys_f16, exact_f16(), sink_ptr16(false, head))
+TKV_EXACT_ACCESSOR(uint16_t, sink_values_f16, exact_f16(), sink_ptr16(true, head))
+TKV_EXACT_ACCESSOR(uint16_t, window_keys_f16, exact_f16(), window_base16(false, head) + window_start_ * head_dim_)
+TKV_EXACT_ACCESSOR(uint16_t, window_values_f16, exact_f16(), window_base16(true, head) + window_start_ * head_dim_)
+#undef TKV_EXACT_ACCESSOR
 
 void TurboQuantKVCache::add_page() {
   auto page = std::make_unique<Page>();
@@ -227,8 +273,10 @@ void TurboQuantKVCache::encode_rows(bool value, int head, const float* x, size_t
 void TurboQuantKVCache::update_centers() {
   const size_t d = head_dim_;
   for (int which = 0; which < 2; ++which) {
+    std::vector<float> rows(n_sinks_ * d);
     for (int h = 0; h < kv_heads_; ++h) {
-      const float* sinks = sink_ptr(which == 1, h);
+      read_exact(false, which == 1, h, 0, n_sinks_, rows.data());
+      const float* sinks = rows.data();
       float* mean = center_buf_[which].data() + static_cast<size_t>(h) * d;
       for (size_t j = 0; j < d; ++j) {
         double sum = 0.0;
@@ -253,9 +301,19 @@ const float* TurboQuantKVCache::value_center(int head) const {
 
 void TurboQuantKVCache::evict_window(size_t count) {
   // The oldest `count` window tokens move to the compressed pages.
-  const size_t head_stride = window_capacity_ * head_dim_;
-  compress(window_base(false, 0) + window_start_ * head_dim_,
-           window_base(true, 0) + window_start_ * head_dim_, head_stride, count);
+  if (exact_f16()) {
+    // The codec reads float rows: the fp16 window rows (exactly the rounded input) in float.
+    std::vector<float> k(static_cast<size_t>(kv_heads_) * count * head_dim_), v(k.size());
+    for (int h = 0; h < kv_heads_; ++h) {
+      read_exact(true, false, h, window_start_, count, k.data() + h * count * head_dim_);
+      read_exact(true, true, h, window_start_, count, v.data() + h * count * head_dim_);
+    }
+    compress(k.data(), v.data(), count * head_dim_, count);
+  } else {
+    const size_t head_stride = window_capacity_ * head_dim_;
+    compress(window_base(false, 0) + window_start_ * head_dim_,
+             window_base(true, 0) + window_start_ * head_dim_, head_stride, count);
+  }
   window_start_ += count;
   window_size_ -= count;
   if (window_size_ == 0) window_start_ = 0;
@@ -272,29 +330,36 @@ void TurboQuantKVCache::push_window(const float* keys, const float* values, size
         needed <= window_capacity_ / 2
             ? window_capacity_
             : std::min(std::max<size_t>(2 * needed, 16), 2 * options_.window);
-    for (int i = 0; i < 2; ++i) {
-      std::vector<float> fresh;
-      std::vector<float>* target = &window_buf_[i];
+    auto relayout = [&](auto& buf) {
+      using Buffer = std::remove_reference_t<decltype(buf)>;
+      Buffer fresh;
+      Buffer* target = &buf;
       if (new_capacity != window_capacity_) {
         fresh.resize(static_cast<size_t>(kv_heads_) * new_capacity * d);
         target = &fresh;
       }
       for (int h = 0; h < kv_heads_; ++h) {
-        const float* src = window_buf_[i].data() + (h * window_capacity_ + window_start_) * d;
-        float* dst = target->data() + h * new_capacity * d;
+        const auto* src = buf.data() + (h * window_capacity_ + window_start_) * d;
+        auto* dst = target->data() + h * new_capacity * d;
         // Guarded: the first growth starts from an empty (null) buffer; memmove(_, null, 0) is UB.
-        if (window_size_ > 0) std::memmove(dst, src, window_size_ * d * sizeof(float));
+        if (window_size_ > 0) std::memmove(dst, src, window_size_ * d * sizeof(*src));
       }
-      if (target == &fresh) window_buf_[i] = std::move(fresh);
+      if (target == &fresh) buf = std::move(fresh);
+    };
+    for (int i = 0; i < 2; ++i) {
+      if (exact_f16()) {
+        relayout(window16_[i]);
+      } else {
+        relayout(window_buf_[i]);
+      }
     }
     window_capacity_ = new_capacity;
     window_start_ = 0;
   }
   for (int h = 0; h < kv_heads_; ++h) {
     const size_t slot = window_start_ + window_size_;
-    std::memcpy(window_base(false, h) + slot * d, keys + h * head_stride, count * d * sizeof(float));
-    std::memcpy(window_base(true, h) + slot * d, values + h * head_stride,
-                count * d * sizeof(float));
+    write_exact(true, false, h, slot, keys + h * head_stride, count);
+    write_exact(true, true, h, slot, values + h * head_stride, count);
   }
   window_size_ += count;
 }
@@ -318,6 +383,23 @@ void TurboQuantKVCache::append(std::span<const float> keys, std::span<const floa
                      which == 0 ? "keys" : "values", i, data[i]);
       }
     }
+  }
+  // fp16 exact regions: every token is rounded to fp16 first (see TurboQuantCacheOptions).
+  std::vector<float> rounded[2];
+  if (exact_f16()) {
+    for (int which = 0; which < 2; ++which) {
+      const std::span<const float> data = which == 0 ? keys : values;
+      rounded[which].resize(data.size());
+      for (size_t i = 0; i < data.size(); ++i) {
+        rounded[which][i] = half_to_float(float_to_half(data[i]));
+        if (!std::isfinite(rounded[which][i])) {
+          detail::fail("TurboQuantKVCache::append: {} element {} is {}, beyond the fp16 range of the exact regions",
+                       which == 0 ? "keys" : "values", i, data[i]);
+        }
+      }
+    }
+    keys = rounded[0];
+    values = rounded[1];
   }
   // Only the codec calls can throw (e.g. an fp16 norm overflow); they run before any window
   // slot is written, so restoring the counters undoes a failed append.
@@ -344,10 +426,8 @@ void TurboQuantKVCache::append_checked(const float* keys, const float* values, s
   if (n_sinks_ < options_.sinks && n_tokens > 0) {
     const size_t m = std::min(options_.sinks - n_sinks_, n_tokens);
     for (int h = 0; h < kv_heads_; ++h) {
-      std::memcpy(sink_ptr(false, h) + n_sinks_ * d, keys + h * head_stride,
-                  m * d * sizeof(float));
-      std::memcpy(sink_ptr(true, h) + n_sinks_ * d, values + h * head_stride,
-                  m * d * sizeof(float));
+      write_exact(false, false, h, n_sinks_, keys + h * head_stride, m);
+      write_exact(false, true, h, n_sinks_, values + h * head_stride, m);
     }
     n_sinks_ += m;
     first = m;
@@ -406,10 +486,8 @@ void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) co
   for (int h = 0; h < kv_heads_; ++h) {
     float* k = keys.data() + h * n * d;
     float* v = values.data() + h * n * d;
-    if (n_sinks_ > 0) {  // without sinks the buffer is empty (null): memcpy(_, null, 0) is UB
-      std::memcpy(k, sink_ptr(false, h), n_sinks_ * d * sizeof(float));
-      std::memcpy(v, sink_ptr(true, h), n_sinks_ * d * sizeof(float));
-    }
+    read_exact(false, false, h, 0, n_sinks_, k);  // no copy for no rows (null buffers)
+    read_exact(false, true, h, 0, n_sinks_, v);
     size_t t = n_sinks_;
     for (size_t p = 0; p < pages_.size(); ++p) {
       const size_t m = tokens_in_page(p);
@@ -431,10 +509,8 @@ void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) co
         }
       }
     }
-    if (window_size_ > 0) {
-      std::memcpy(k + t * d, window_keys(h), window_size_ * d * sizeof(float));
-      std::memcpy(v + t * d, window_values(h), window_size_ * d * sizeof(float));
-    }
+    read_exact(true, false, h, window_start_, window_size_, k + t * d);
+    read_exact(true, true, h, window_start_, window_size_, v + t * d);
   }
 }
 

@@ -5,10 +5,11 @@
 //   rotation, seed, fp32_norm, norm_correction, window, sinks, page_tokens, tokens, n_sinks,
 //   compressed, window_size, key_code_size, value_code_size, key_checksum, value_checksum
 // and tensors
-//   sink_keys, sink_values     F32 [kv_heads][n_sinks][head_dim]
+//   sink_keys, sink_values     F32 [kv_heads][n_sinks][head_dim] (F16 with exact_dtype=f16)
 //   key_codes                  U8  [kv_heads][compressed][key_code_size]
 //   value_codes                U8  [kv_heads][compressed][value_code_size]
-//   window_keys, window_values F32 [kv_heads][window_size][head_dim]
+//   window_keys, window_values F32 [kv_heads][window_size][head_dim] (likewise)
+// exact_dtype is written only when it is f16 (files without it are f32, as before).
 // and, for a centered cache only (metadata center=true), key_center, value_center F32
 // [kv_heads][head_dim]: the means subtracted before encoding. A build without centering rejects
 // such a file (unknown tensors) instead of decoding it without the means.
@@ -21,6 +22,7 @@
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "turbokv/codebook.hpp"
+#include "turbokv/half.hpp"
 #include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv {
@@ -70,13 +72,15 @@ CacheState TurboQuantKVCache::save_state() const {
       {"key_checksum", std::to_string(key_checksum(*this))},
       {"value_checksum", std::to_string(codec_checksum(*value_mse_))},
   };
+  if (exact_f16()) state.metadata["exact_dtype"] = "f16";
   const size_t d = head_dim_;
   const int64_t H = kv_heads_, D = head_dim_;
+  const size_t element = exact_f16() ? 2 : 4;
   auto exact = [&](const char* name, size_t n, auto&& ptr) {
-    TensorBlob blob{name, "F32", {H, static_cast<int64_t>(n), D}, {}};
-    blob.data.resize(kv_heads_ * n * d * sizeof(float));
+    TensorBlob blob{name, exact_f16() ? "F16" : "F32", {H, static_cast<int64_t>(n), D}, {}};
+    blob.data.resize(kv_heads_ * n * d * element);
     for (int h = 0; h < kv_heads_; ++h) {
-      if (n > 0) std::memcpy(blob.data.data() + h * n * d * sizeof(float), ptr(h), n * d * sizeof(float));
+      if (n > 0) std::memcpy(blob.data.data() + h * n * d * element, ptr(h), n * d * element);
     }
     state.tensors.push_back(std::move(blob));
   };
@@ -92,12 +96,18 @@ CacheState TurboQuantKVCache::save_state() const {
     }
     state.tensors.push_back(std::move(blob));
   };
-  exact("sink_keys", n_sinks_, [&](int h) { return sink_keys(h); });
-  exact("sink_values", n_sinks_, [&](int h) { return sink_values(h); });
+  auto rows = [&](bool window, bool value) {
+    return [this, window, value](int h) -> const void* {
+      if (exact_f16()) return window ? (value ? window_values_f16(h) : window_keys_f16(h)) : sink_ptr16(value, h);
+      return window ? (value ? window_values(h) : window_keys(h)) : sink_ptr(value, h);
+    };
+  };
+  exact("sink_keys", n_sinks_, rows(false, false));
+  exact("sink_values", n_sinks_, rows(false, true));
   codes("key_codes", false);
   codes("value_codes", true);
-  exact("window_keys", window_size_, [&](int h) { return window_keys(h); });
-  exact("window_values", window_size_, [&](int h) { return window_values(h); });
+  exact("window_keys", window_size_, rows(true, false));
+  exact("window_values", window_size_, rows(true, true));
   if (o.center) {
     state.metadata["center"] = "true";
     for (int which = 0; which < 2; ++which) {
@@ -130,6 +140,9 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   o.window = static_cast<size_t>(meta_int(state, "window", 0, int64_t{1} << 24));
   o.sinks = static_cast<size_t>(meta_int(state, "sinks", 0, int64_t{1} << 24));
   o.page_tokens = static_cast<size_t>(meta_int(state, "page_tokens", 1, 65536));
+  if (state.metadata.count("exact_dtype") > 0) o.exact_dtype = parse_dense_dtype(meta_string(state, "exact_dtype"));
+  const char* exact_type = o.exact_dtype == DenseDtype::f16 ? "F16" : "F32";
+  const size_t element = o.exact_dtype == DenseDtype::f16 ? 2 : 4;
   const int64_t max_tokens = (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim);
   const auto tokens = static_cast<size_t>(meta_int(state, "tokens", 0, max_tokens));
   const auto n_sinks = static_cast<size_t>(meta_int(state, "n_sinks", 0, static_cast<int64_t>(o.sinks)));
@@ -168,12 +181,12 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   }
   const int64_t H = kv_heads, D = head_dim;
   const size_t d = head_dim;
-  const auto& sk = find_tensor(state, "sink_keys", "F32", {H, static_cast<int64_t>(n_sinks), D});
-  const auto& sv = find_tensor(state, "sink_values", "F32", {H, static_cast<int64_t>(n_sinks), D});
+  const auto& sk = find_tensor(state, "sink_keys", exact_type, {H, static_cast<int64_t>(n_sinks), D});
+  const auto& sv = find_tensor(state, "sink_values", exact_type, {H, static_cast<int64_t>(n_sinks), D});
   const auto& kc = find_tensor(state, "key_codes", "U8", {H, static_cast<int64_t>(compressed), key_cs});
   const auto& vc = find_tensor(state, "value_codes", "U8", {H, static_cast<int64_t>(compressed), value_cs});
-  const auto& wk = find_tensor(state, "window_keys", "F32", {H, static_cast<int64_t>(window_size), D});
-  const auto& wv = find_tensor(state, "window_values", "F32", {H, static_cast<int64_t>(window_size), D});
+  const auto& wk = find_tensor(state, "window_keys", exact_type, {H, static_cast<int64_t>(window_size), D});
+  const auto& wv = find_tensor(state, "window_values", exact_type, {H, static_cast<int64_t>(window_size), D});
 
   const TensorBlob* centers[2] = {nullptr, nullptr};
   if (o.center) {
@@ -201,8 +214,10 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   check_norms(kc, cache->key_prod_ ? cache->key_prod_->layout() : cache->key_mse_->layout());
   check_norms(vc, cache->value_mse_->layout());
   for (int h = 0; h < kv_heads && n_sinks > 0; ++h) {  // no sinks: null buffers, memcpy would be UB
-    std::memcpy(cache->sink_ptr(false, h), sk.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
-    std::memcpy(cache->sink_ptr(true, h), sv.data.data() + h * n_sinks * d * 4, n_sinks * d * 4);
+    void* keys = element == 2 ? static_cast<void*>(cache->sink_ptr16(false, h)) : cache->sink_ptr(false, h);
+    void* values = element == 2 ? static_cast<void*>(cache->sink_ptr16(true, h)) : cache->sink_ptr(true, h);
+    std::memcpy(keys, sk.data.data() + h * n_sinks * d * element, n_sinks * d * element);
+    std::memcpy(values, sv.data.data() + h * n_sinks * d * element, n_sinks * d * element);
   }
   cache->n_sinks_ = n_sinks;
   for (int which = 0; which < 2 && o.center; ++which) {
@@ -224,9 +239,20 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   }
   cache->compressed_size_ = compressed;
   if (window_size > 0) {
+    // Through float: fp16 -> float -> fp16 gives back the same bits for every finite value.
     std::vector<float> k(kv_heads * window_size * d), v(k.size());
-    std::memcpy(k.data(), wk.data.data(), k.size() * 4);
-    std::memcpy(v.data(), wv.data.data(), v.size() * 4);
+    if (element == 2) {
+      for (size_t i = 0; i < k.size(); ++i) {
+        uint16_t hk, hv;
+        std::memcpy(&hk, wk.data.data() + 2 * i, 2);
+        std::memcpy(&hv, wv.data.data() + 2 * i, 2);
+        k[i] = half_to_float(hk);
+        v[i] = half_to_float(hv);
+      }
+    } else {
+      std::memcpy(k.data(), wk.data.data(), k.size() * 4);
+      std::memcpy(v.data(), wv.data.data(), v.size() * 4);
+    }
     cache->push_window(k.data(), v.data(), window_size * d, window_size);
   }
   return cache;
