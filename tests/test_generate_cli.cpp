@@ -70,3 +70,19 @@ TEST(GenerateCli, BadArgumentsFailWithAMessage) {
   EXPECT_EQ(status, 0);
   EXPECT_EQ(ids, "1 15043 3186\n");
 }
+
+// A prompt that fills the model's context (kjv-llama-3M: 256 positions) is an error naming the
+// sizes, not a silent empty answer; one that leaves room generates up to the context's end.
+TEST(GenerateCli, PromptThatFillsTheContextIsAnError) {
+  require_tool();
+  std::string words;
+  for (int i = 0; i < 120; ++i) words += "and God said ";
+  const auto [out, status] = run("generate --prompt '" + words + "' -n 5");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("context is 256"), std::string::npos) << out;
+  const auto [ok, ok_status] = run("generate --prompt 'In the beginning' -n 400 --quiet");
+  EXPECT_EQ(ok_status, 0) << ok;
+  EXPECT_NE(ok.find("generation stopped at the end of the model's context"), std::string::npos) << ok;
+  EXPECT_EQ(run("generate --prompt x --kv-exact f16").second, 1);  // needs --kv-bits
+  EXPECT_EQ(run("generate --prompt x --kv-bits 4 --kv-exact f16 -n 3 --quiet").second, 0);
+}
