@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "turbokv/attention.hpp"
+#include "turbokv/cache_config.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
@@ -156,6 +157,8 @@ TEST(TurboQuantExactF16, RefusesValuesBeyondFp16AndStaysUnchanged) {
   EXPECT_THROW(parse_cache_config("turboquant:bits=4,exact=f8"), Error);
   EXPECT_EQ(parse_cache_config(format_cache_config(parse_cache_config("turboquant:exact=f16"))).tq.exact_dtype,
             DenseDtype::f16);
+  EXPECT_EQ(parse_kv_config("tq4s1w32-x16").config.tq.exact_dtype, DenseDtype::f16);
+  EXPECT_EQ(parse_kv_config("tq4s1w32").config.tq.exact_dtype, DenseDtype::f32);
 }
 
 }  // namespace

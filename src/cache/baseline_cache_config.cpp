@@ -85,8 +85,10 @@ KVConfigSpec parse_turboquant(const std::string& name) {
       tq.fp32_norm = true;
     } else if (flag == "haar") {
       tq.rotation = RotationKind::haar;
+    } else if (flag == "x16") {
+      tq.exact_dtype = DenseDtype::f16;
     } else {
-      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar)",
+      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16)",
                    name, flag);
     }
     pos = end;
@@ -107,6 +109,7 @@ KVConfigSpec parse_turboquant(const std::string& name) {
   if (tq.center) d += ", centered on the sinks' mean";
   if (tq.fp32_norm) d += ", fp32 norms";
   if (tq.rotation == RotationKind::haar) d += ", Haar rotation";
+  if (tq.exact_dtype == DenseDtype::f16 && (tq.sinks > 0 || tq.window > 0)) d += " (in fp16)";
   spec.description = d;
   return spec;
 }
@@ -220,7 +223,7 @@ KVConfigSpec parse_kv_config(const std::string& name) {
     return parse_turboquant(name);
   }
   detail::fail("unknown configuration '{}' (known: dense16, dense32, tq<bits>, k<bits>v<bits>, "
-               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
+               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
                "kivi4, affine4, affine8, or kind:key=value,...)",
                name);
 }
