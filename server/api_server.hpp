@@ -40,7 +40,7 @@ struct HttpOptions {
   int port = 8080;                  // 0: any free port
   std::string api_key;              // empty: no authentication
   size_t max_body_bytes = 1 << 20;  // larger bodies: 413
-  int http_threads = 0;             // 0: parallel + max_queue + 8
+  int http_threads = 0;             // 0: parallel + max_queue + 8, at most 1024 (cmd_serve.cpp)
 };
 
 class ApiServer {

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <memory>
 #include <pthread.h>
 
@@ -67,7 +68,10 @@ int run_serve(const ServeArgs& a) {
   so.prefix_cache = !a.no_prefix_cache;
 
   server::ApiServer api(a.http);
-  const int port = api.listen(a.http.http_threads > 0 ? a.http.http_threads : a.parallel + a.max_queue + 8);
+  // One HTTP thread per request in flight (a streaming request holds its thread), capped: past
+  // the cap, connections wait in httplib's accept queue.
+  const int port = api.listen(a.http.http_threads > 0 ? a.http.http_threads
+                                                      : std::min(a.parallel + a.max_queue + 8, 1024));
   std::printf("listening on http://%s:%d\n", a.http.host.c_str(), port);
   std::fflush(stdout);
 

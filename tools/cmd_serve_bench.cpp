@@ -288,7 +288,7 @@ int run_bench(const BenchArgs& a) {
       const KVConfigSpec spec = parse_kv_config(name);
       std::vector<std::string> args = {"serve", "--port", "0", "--model", a.model, "--weights", a.weights,
                                        "--cache", format_cache_config(spec.config), "--kv-budget", a.kv_budget,
-                                       "--parallel", std::to_string(a.parallel), "--max-queue", "4096",
+                                       "--parallel", std::to_string(a.parallel), "--max-queue", "256",
                                        "--no-prefix-cache", "--threads", std::to_string(a.threads)};
       for (const auto& e : split(a.extra, ' ')) args.push_back(e);
       if (!a.json_out) std::fprintf(stderr, "serve-bench: starting %s with %s\n", a.model.c_str(), name.c_str());
