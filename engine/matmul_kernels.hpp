@@ -31,5 +31,8 @@ RowKernels scalar_kernels(GgmlType type);
 // Returns false if this CPU (or build) has no AVX2/FMA/F16C.
 bool avx2_available();
 RowKernels avx2_kernels(GgmlType type);
+// The AVX2 kernels of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K and IQ4_XS
+// (matmul_avx2_quants.cpp), set into k; other types leave k as it is.
+void add_avx2_quant_kernels(GgmlType type, RowKernels& k);
 
 }  // namespace turbokv::engine::detail

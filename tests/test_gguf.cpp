@@ -232,8 +232,10 @@ TEST(Gguf, CorruptTensorInfosAreNamed) {
   { Corrupt c; c.set<uint64_t>(tok(c) + 4, 0).expect_error("tensor 'tok.weight': dimension 0 is 0"); }
   { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 62).expect_error("tensor 'tok.weight' (F32)"); }
   { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 20).expect_error("truncated: tensor 'tok.weight'"); }
-  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 3).expect_error("tensor 'tok.weight': unsupported ggml type 3"); }
-  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("unsupported ggml type 99"); }
+  // A type the engine cannot read is named, so the user knows what to convert from.
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 16).expect_error("tensor 'tok.weight': IQ2_XXS (type 16) is not supported"); }
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 15).expect_error("Q8_K (type 15) is not supported"); }
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("type 99 is not a ggml type"); }
   const auto q8 = [](Corrupt& c) { return c.after("q8.weight"); };
   { Corrupt c; c.set<uint64_t>(q8(c) + 4, 33).expect_error("not a multiple of the Q8_0 block size"); }
   {
