@@ -152,8 +152,41 @@ TEST_P(Convert, Stories260KRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Types, Convert, testing::Values("f32", "f16", "q8_0"));
 
+TEST(Convert, EveryTypeNameParses) {
+  for (uint32_t raw = 0; raw < 64; ++raw) {
+    if (!is_supported_type(raw)) continue;
+    std::string name = type_name(static_cast<GgmlType>(raw));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_EQ(parse_weight_type(name), static_cast<GgmlType>(raw)) << name;
+  }
+  EXPECT_THROW(parse_weight_type("q4_K"), Error);
+  EXPECT_THROW(parse_weight_type("iq2_xxs"), Error);
+}
+
+// stories260K's rows (64 and 172 values) fill no 256-value super-block: Q4_K falls back to Q5_0
+// where rows fill blocks of 32 (llama.cpp's choice), and to F16 for ffn_down's 172.
+TEST(Convert, SuperBlockTypesFallBackLikeLlamaCpp) {
+  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  const std::string path = out_path("q4_k.gguf");
+  ConvertOptions options;
+  options.type = GgmlType::Q4_K;
+  options.tokenizer_path = kTokenizer;
+  const ConvertSummary summary = convert_llama2c_to_gguf(kCheckpoint, path, options);
+  EXPECT_EQ(summary.n_fallback, 1 + 5 * 7);
+  {
+    const GgufFile f = GgufFile::open(path);
+    EXPECT_EQ(f.get_int("general.file_type"), 14);  // LLAMA_FTYPE_MOSTLY_Q4_K_S
+    EXPECT_EQ(f.find_tensor("token_embd.weight")->type, GgmlType::Q5_0);
+    EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q5_0);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::F16);
+  }
+  const Model m = load_gguf(path);
+  EXPECT_EQ(m.config.dim, 64);
+  std::remove(path.c_str());
+}
+
 TEST(ConvertErrors, BadArgumentsAreErrors) {
-  EXPECT_THROW(parse_weight_type("q4_k"), Error);
+  EXPECT_THROW(parse_weight_type("q4_2"), Error);  // a type ggml removed
   EXPECT_EQ(parse_weight_type("q8_0"), GgmlType::Q8_0);
   ConvertOptions options;
   EXPECT_THROW(convert_llama2c_to_gguf(out_path("missing.bin"), out_path("x.gguf"), options), Error);
