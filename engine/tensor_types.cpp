@@ -180,6 +180,52 @@ size_t row_bytes(GgmlType type, int64_t cols) {
   return blocks * block_bytes(type);
 }
 
+void check_scales_finite(const WeightMatrix& w) {
+  // Byte offsets of the fp16 scale fields inside one block of each type.
+  size_t fields[2] = {0, 0};
+  int n_fields = 1;
+  switch (w.type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: return;
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: break;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      fields[1] = 2;
+      n_fields = 2;
+      break;
+    case GgmlType::Q2_K:
+      fields[0] = 80;
+      fields[1] = 82;
+      n_fields = 2;
+      break;
+    case GgmlType::Q3_K: fields[0] = 108; break;
+    case GgmlType::Q6_K: fields[0] = 208; break;
+  }
+  const size_t stride = row_bytes(w.type, w.cols);
+  const size_t bytes = block_bytes(w.type);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint8_t* row = base + static_cast<size_t>(r) * stride;
+    for (size_t at = 0; at < stride; at += bytes) {
+      for (int f = 0; f < n_fields; ++f) {
+        uint16_t h;
+        std::memcpy(&h, row + at + fields[f], 2);
+        if ((h & 0x7C00u) == 0x7C00u) {  // all-ones exponent: infinity or NaN
+          throw Error(fmt::format("{} row {} block {}: scale is {} (fp16 0x{:04x})", type_name(w.type), r,
+                                  at / bytes, (h & 0x03FFu) != 0 ? "NaN" : "infinite", h));
+        }
+      }
+    }
+  }
+}
+
 void dequantize_row(const WeightMatrix& w, int64_t row, float* out) {
   if (row < 0 || row >= w.rows) {
     throw Error(fmt::format("dequantize_row: row {} outside [0, {})", row, w.rows));

@@ -101,6 +101,11 @@ struct WeightMatrix {
   const void* data = nullptr;
 };
 
+// Throws turbokv::Error naming the row and block of the first fp16 scale (d, m, dmin) of w that
+// is NaN or infinite: such a block decodes to NaN or inf whatever its codes, so a file that has
+// one is corrupt. Reads only the scale fields; the float types have none and always pass.
+void check_scales_finite(const WeightMatrix& w);
+
 // Scalar reference decoder: out[cols] = row `row` of w as floats.
 void dequantize_row(const WeightMatrix& w, int64_t row, float* out);
 // Encodes in[cols] as one row of `type` (every type above). out must hold row_bytes(type, cols)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gguf.hpp"
@@ -182,6 +183,40 @@ TEST(Convert, SuperBlockTypesFallBackLikeLlamaCpp) {
   }
   const Model m = load_gguf(path);
   EXPECT_EQ(m.config.dim, 64);
+  std::remove(path.c_str());
+}
+
+// A NaN or infinite block scale makes the whole block NaN / inf: the loader refuses the file
+// and says where, instead of producing NaN logits later.
+TEST(ConvertErrors, NonFiniteScaleInAFileIsAnError) {
+  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  const std::string path = out_path("nan_scale.gguf");
+  ConvertOptions options;
+  options.type = GgmlType::Q8_0;
+  options.tokenizer_path = kTokenizer;
+  convert_llama2c_to_gguf(kCheckpoint, path, options);
+  size_t at = 0;
+  {
+    const GgufFile f = GgufFile::open(path);
+    at = f.data_offset() + f.find_tensor("blk.1.attn_q.weight")->offset + 2 * 34;  // row 1 (2 blocks a row), block 0
+  }
+  for (const auto& [bits, what] : {std::pair<uint16_t, std::string>{0x7E00, "NaN"}, {0xFC00, "infinite"}}) {
+    {
+      std::FILE* file = std::fopen(path.c_str(), "r+b");
+      ASSERT_NE(file, nullptr);
+      ASSERT_EQ(std::fseek(file, static_cast<long>(at), SEEK_SET), 0);
+      ASSERT_EQ(std::fwrite(&bits, 2, 1, file), 1u);
+      std::fclose(file);
+    }
+    try {
+      load_gguf(path);
+      ADD_FAILURE() << "a " << what << " scale was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor blk.1.attn_q.weight: Q8_0 row 1 block 0: scale is " + what),
+                std::string::npos)
+          << e.what();
+    }
+  }
   std::remove(path.c_str());
 }
 

@@ -299,6 +299,36 @@ TEST(QuantTypes, AllZeroRowsEncodeToZero) {
   }
 }
 
+TEST(QuantTypes, NonFiniteScalesAreFound) {
+  std::vector<float> x(512, 0.5f);
+  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::IQ4_XS}) {
+    std::vector<uint8_t> bytes(row_bytes(type, 256) * 2);
+    quantize_row(type, x.data(), 256, bytes.data());
+    quantize_row(type, x.data() + 256, 256, bytes.data() + bytes.size() / 2);
+    const WeightMatrix w{type, 2, 256, bytes.data()};
+    EXPECT_NO_THROW(check_scales_finite(w)) << type_name(type);
+    // The last fp16 scale field of row 1's last block, from the layouts: Q4_1 d at 0 and m at 2,
+    // Q2_K dmin at 82, Q3_K d at 108, Q5_K dmin at 2, IQ4_XS d at 0.
+    size_t field = 0;
+    switch (type) {
+      case GgmlType::Q4_1: field = 2; break;
+      case GgmlType::Q2_K: field = 82; break;
+      case GgmlType::Q3_K: field = 108; break;
+      case GgmlType::Q5_K: field = 2; break;
+      default: break;
+    }
+    const size_t blocks = 256 / block_size(type);
+    put_half(bytes, bytes.size() - block_bytes(type) + field, std::numeric_limits<float>::quiet_NaN());
+    try {
+      check_scales_finite(w);
+      ADD_FAILURE() << type_name(type) << ": NaN scale not found";
+    } catch (const Error& e) {
+      const std::string want = std::string(type_name(type)) + " row 1 block " + std::to_string(blocks - 1) + ": scale is NaN";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(QuantTypes, NonFiniteInputIsAnError) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<float> x(256, 1.0f);
