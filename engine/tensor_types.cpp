@@ -92,9 +92,11 @@ void quantize_q8_0(const float* in, int64_t cols, uint8_t* dst) {
     const float d = amax / 127.0f;
     const float inv = d > 0.0f ? 1.0f / d : 0.0f;
     store_half(dst, d);
+    // fmax/fmin (not std::clamp): a NaN x becomes a code instead of reaching the int
+    // conversion, which would be UB. This also quantizes activations, so it must not throw.
     for (int i = 0; i < 32; ++i) {
-      const float q = std::nearbyint(x[i] * inv);
-      dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+      const float q = std::fmin(std::fmax(std::nearbyint(x[i] * inv), -127.0f), 127.0f);
+      dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
     }
   }
 }
@@ -112,7 +114,7 @@ void quantize_q4_0(const float* in, int64_t cols, uint8_t* dst) {
     store_half(dst, d);
     for (int i = 0; i < 16; ++i) {
       const auto code = [&](float v) {
-        return static_cast<uint8_t>(std::clamp(std::floor(v * inv + 8.5f), 0.0f, 15.0f));
+        return static_cast<uint8_t>(std::fmin(std::fmax(std::floor(v * inv + 8.5f), 0.0f), 15.0f));  // NaN -> 0
       };
       dst[2 + i] = static_cast<uint8_t>(code(x[i]) | (code(x[i + 16]) << 4));
     }

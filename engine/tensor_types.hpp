@@ -112,8 +112,9 @@ void dequantize_row(const WeightMatrix& w, int64_t row, float* out);
 // bytes. Q8_0/Q4_0 use d = max|x| / 127 resp. the signed value of largest magnitude / -8,
 // rounding to nearest, as ggml's reference quantizers do; the other types use simple
 // range-covering scales (quant_legacy.cpp, quant_kquants.cpp), not ggml's error-minimizing
-// search: valid files, somewhat larger error than llama-quantize's. Throws turbokv::Error on a
-// non-finite input.
+// search: valid files, somewhat larger error than llama-quantize's. Those other encoders throw
+// turbokv::Error on a non-finite input; Q8_0 and Q4_0 (Q8_0 also quantizes activations inside
+// matvec) never throw and turn a NaN into a valid code.
 void quantize_row(GgmlType type, const float* in, int64_t cols, void* out);
 
 // y[rows] = W x[cols]; SIMD dot products per type, rows split over the pool. For the quantized

@@ -343,6 +343,16 @@ TEST(QuantTypes, NonFiniteInputIsAnError) {
         EXPECT_NE(std::string(e.what()).find(type_name(type)), std::string::npos) << e.what();
       }
     }
+    // Q8_0 also quantizes activations inside matvec: it must not throw, and a NaN becomes a
+    // code (not a UB float-to-int conversion) without disturbing the other blocks.
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+      std::vector<uint8_t> bytes(row_bytes(type, 256));
+      EXPECT_NO_THROW(quantize_row(type, x.data(), 256, bytes.data())) << type_name(type);
+      std::vector<float> back(256);
+      dequantize_row({type, 1, 256, bytes.data()}, 0, back.data());
+      EXPECT_NEAR(back[0], 1.0f, 1e-3f) << type_name(type);  // within the fp16 rounding of d
+      EXPECT_NEAR(back[255], 1.0f, 1e-3f) << type_name(type);
+    }
   }
 }
 
