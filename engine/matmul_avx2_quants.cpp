@@ -3,8 +3,9 @@
 // The Q8_0-activation dots (dot_q8) carry the speed: every one of these types has sub-blocks of
 // 16 or 32 that line up with x's Q8_0 blocks of 32, so each block is one or two integer dot
 // products (maddubs/madd) and one float multiply-add by the product of the scales, as for
-// Q4_0/Q4_K. The float-activation dots (only used with set_q8_activations(false)) decode the
-// row with the scalar decoder and take an AVX2 float dot: exact, simple, and off the hot path.
+// Q4_0/Q4_K. The row decoders (batched prefill) widen the same codes to float and apply the
+// scales; the float-activation dots (only used with set_q8_activations(false)) decode the row
+// that way and take an AVX2 float dot: simple, and off the default path.
 #include <vector>
 
 #include "engine/matmul_avx2_common.hpp"
@@ -22,14 +23,6 @@ using avx2::dot32_u8_i8;
 using avx2::hsum;
 using avx2::load_half;
 using avx2::load_q8_values;
-
-template <GgmlType T>
-TKV_AVX2 float dot_via_decode(const uint8_t* row, const float* x, int64_t cols) {
-  thread_local std::vector<float> buffer;
-  buffer.resize(static_cast<size_t>(cols));
-  dequantize_row(WeightMatrix{T, 1, cols, row}, 0, buffer.data());
-  return avx2::dot_f32(buffer.data(), x, cols);
-}
 
 // 16 bytes of nibbles as 32 codes in Q4_0 order: low nibbles (values 0..15) in the low lane,
 // high nibbles (values 16..31) in the high lane.
@@ -218,40 +211,162 @@ TKV_AVX2 float dot_q8_row_q3_k(const uint8_t* row, const uint8_t* xq, int64_t co
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+
+// out[0..32) = scale * code + offset for 32 codes (unsigned bytes, or signed with kSigned);
+// the first 16 use (s0, o0), the last 16 (s1, o1): sub-blocks of 16 have their own scales.
+template <bool kSigned>
+TKV_AVX2 inline void store_codes(__m256i codes, float s0, float o0, float s1, float o1, float* out) {
+  const __m128i halves[2] = {_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1)};
+  for (int h = 0; h < 2; ++h) {
+    const __m256 scale = _mm256_set1_ps(h ? s1 : s0), offset = _mm256_set1_ps(h ? o1 : o0);
+    const __m128i v = halves[h];
+    const __m256i a = kSigned ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+    const __m256i b = kSigned ? _mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+    _mm256_storeu_ps(out + 16 * h, _mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(a)), offset));
+    _mm256_storeu_ps(out + 16 * h + 8, _mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(b)), offset));
+  }
+}
+
+// Row decoders: what batched prefill (matmul) multiplies, and the float-activation dot's input.
+
+TKV_AVX2 void decode_q4_1(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / 32; ++b, row += 20, out += 32) {
+    const float d = load_half(row), m = load_half(row + 2);
+    store_codes<false>(unpack_nibbles(row + 4), d, m, d, m, out);
+  }
+}
+
+TKV_AVX2 void decode_q5_0(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / 32; ++b, row += 22, out += 32) {
+    const float d = load_half(row);
+    const __m256i codes = _mm256_or_si256(unpack_nibbles(row + 6), q5_high_bits(row + 2));
+    store_codes<true>(_mm256_sub_epi8(codes, _mm256_set1_epi8(16)), d, 0.0f, d, 0.0f, out);
+  }
+}
+
+TKV_AVX2 void decode_q5_1(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / 32; ++b, row += 24, out += 32) {
+    const float d = load_half(row), m = load_half(row + 2);
+    store_codes<false>(_mm256_or_si256(unpack_nibbles(row + 8), q5_high_bits(row + 4)), d, m, d, m, out);
+  }
+}
+
+TKV_AVX2 void decode_iq4_nl(const uint8_t* row, int64_t cols, float* out) {
+  const __m256i table = iq4nl_table();
+  for (int64_t b = 0; b < cols / 32; ++b, row += 18, out += 32) {
+    const float d = load_half(row);
+    store_codes<true>(_mm256_shuffle_epi8(table, unpack_nibbles(row + 2)), d, 0.0f, d, 0.0f, out);
+  }
+}
+
+TKV_AVX2 void decode_iq4_xs(const uint8_t* row, int64_t cols, float* out) {
+  const __m256i table = iq4nl_table();
+  for (int64_t b = 0; b < cols / 256; ++b, row += 136) {
+    const float d = load_half(row);
+    for (int j = 0; j < 8; ++j, out += 32) {
+      const float dl = d * static_cast<float>(iq4_xs_scale(row, j) - 32);
+      store_codes<true>(_mm256_shuffle_epi8(table, unpack_nibbles(row + 8 + 16 * j)), dl, 0.0f, dl, 0.0f, out);
+    }
+  }
+}
+
+TKV_AVX2 void decode_q5_k(const uint8_t* row, int64_t cols, float* out) {
+  const __m256i low_mask = _mm256_set1_epi8(15);
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 176) {
+    const float d = load_half(row), dmin = load_half(row + 2);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
+    for (int j = 0; j < 8; ++j, out += 32) {
+      int sc, m;
+      k_scale_min(j, row + 4, sc, m);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 48 + 32 * (j / 2)));
+      const __m256i low = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, low_mask);
+      const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
+      const float dl = d * static_cast<float>(sc), ml = -(dmin * static_cast<float>(m));
+      store_codes<false>(_mm256_or_si256(low, high), dl, ml, dl, ml, out);
+    }
+  }
+}
+
+TKV_AVX2 void decode_q2_k(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / 256; ++b, row += 84) {
+    const float d = load_half(row + 80), dmin = load_half(row + 82);
+    for (int k = 0; k < 8; ++k, out += 32) {
+      const uint8_t s0 = row[2 * k], s1 = row[2 * k + 1];
+      store_codes<false>(two_bit_codes(row + 16, k), d * static_cast<float>(s0 & 15), -(dmin * static_cast<float>(s0 >> 4)),
+                         d * static_cast<float>(s1 & 15), -(dmin * static_cast<float>(s1 >> 4)), out);
+    }
+  }
+}
+
+TKV_AVX2 void decode_q3_k(const uint8_t* row, int64_t cols, float* out) {
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i four = _mm256_set1_epi8(4);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 110) {
+    const float d = load_half(row + 108);
+    int scales[16];
+    q3_k_scales(row + 96, scales);
+    const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+    for (int k = 0; k < 8; ++k, out += 32) {
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, k), one);
+      const __m256i w = _mm256_sub_epi8(_mm256_add_epi8(two_bit_codes(row + 32, k), _mm256_slli_epi16(high, 2)), four);
+      store_codes<true>(w, d * static_cast<float>(scales[2 * k] - 32), 0.0f, d * static_cast<float>(scales[2 * k + 1] - 32),
+                        0.0f, out);
+    }
+  }
+}
+
+// Float-activation dot: the row decoded as above, then an AVX2 float dot product.
+template <RowDecodeFn kDecode>
+TKV_AVX2 float dot_decoded(const uint8_t* row, const float* x, int64_t cols) {
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(cols));
+  kDecode(row, cols, buffer.data());
+  return avx2::dot_f32(buffer.data(), x, cols);
+}
+
 }  // namespace
 
 void add_avx2_quant_kernels(GgmlType type, RowKernels& k) {
   switch (type) {
     case GgmlType::Q4_1:
-      k.dot = &dot_via_decode<GgmlType::Q4_1>;
+      k.decode = &decode_q4_1;
+      k.dot = &dot_decoded<&decode_q4_1>;
       k.dot_q8 = &dot_q8_with_min<false>;
       break;
     case GgmlType::Q5_0:
-      k.dot = &dot_via_decode<GgmlType::Q5_0>;
+      k.decode = &decode_q5_0;
+      k.dot = &dot_decoded<&decode_q5_0>;
       k.dot_q8 = &dot_q8_row_q5_0;
       break;
     case GgmlType::Q5_1:
-      k.dot = &dot_via_decode<GgmlType::Q5_1>;
+      k.decode = &decode_q5_1;
+      k.dot = &dot_decoded<&decode_q5_1>;
       k.dot_q8 = &dot_q8_with_min<true>;
       break;
     case GgmlType::IQ4_NL:
-      k.dot = &dot_via_decode<GgmlType::IQ4_NL>;
+      k.decode = &decode_iq4_nl;
+      k.dot = &dot_decoded<&decode_iq4_nl>;
       k.dot_q8 = &dot_q8_row_iq4_nl;
       break;
     case GgmlType::Q2_K:
-      k.dot = &dot_via_decode<GgmlType::Q2_K>;
+      k.decode = &decode_q2_k;
+      k.dot = &dot_decoded<&decode_q2_k>;
       k.dot_q8 = &dot_q8_row_q2_k;
       break;
     case GgmlType::Q3_K:
-      k.dot = &dot_via_decode<GgmlType::Q3_K>;
+      k.decode = &decode_q3_k;
+      k.dot = &dot_decoded<&decode_q3_k>;
       k.dot_q8 = &dot_q8_row_q3_k;
       break;
     case GgmlType::Q5_K:
-      k.dot = &dot_via_decode<GgmlType::Q5_K>;
+      k.decode = &decode_q5_k;
+      k.dot = &dot_decoded<&decode_q5_k>;
       k.dot_q8 = &dot_q8_row_q5_k;
       break;
     case GgmlType::IQ4_XS:
-      k.dot = &dot_via_decode<GgmlType::IQ4_XS>;
+      k.decode = &decode_iq4_xs;
+      k.dot = &dot_decoded<&decode_iq4_xs>;
       k.dot_q8 = &dot_q8_row_iq4_xs;
       break;
     default: break;

@@ -123,26 +123,39 @@ void pack_k_nibbles(const int* codes, uint8_t* qs) {
 
 }  // namespace
 
+// Q2_K / Q3_K decode run by run (32 values: one 2-bit field of 32 qs bytes, two sub-blocks of
+// 16), in ggml's order of float operations: dl = d * scale, then dl * code - ml.
 void dequantize_q2_k(const uint8_t* src, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / kQK; ++b, src += 84, out += kQK) {
+  for (int64_t b = 0; b < cols / kQK; ++b, src += 84) {
     const float d = load_half(src + 80), dmin = load_half(src + 82);
-    for (int e = 0; e < kQK; ++e) {
-      const int code = (src[16 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-      const uint8_t s = src[e / 16];
-      out[e] = d * static_cast<float>((s & 15) * code) - dmin * static_cast<float>(s >> 4);
+    for (int run = 0; run < 8; ++run) {
+      const uint8_t* q = src + 16 + 32 * (run / 4);
+      const int shift = 2 * (run % 4);
+      for (int half = 0; half < 2; ++half, out += 16) {
+        const uint8_t s = src[2 * run + half];
+        const float dl = d * static_cast<float>(s & 15), ml = dmin * static_cast<float>(s >> 4);
+        for (int l = 0; l < 16; ++l) out[l] = dl * static_cast<float>((q[16 * half + l] >> shift) & 3) - ml;
+      }
     }
   }
 }
 
 void dequantize_q3_k(const uint8_t* src, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / kQK; ++b, src += 110, out += kQK) {
+  for (int64_t b = 0; b < cols / kQK; ++b, src += 110) {
     const float d = load_half(src + 108);
     int scales[16];
     q3_k_scales(src + 96, scales);
-    for (int e = 0; e < kQK; ++e) {
-      const int code2 = (src[32 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-      const bool high = (src[e % 32] >> (e / 32)) & 1;
-      out[e] = d * static_cast<float>((scales[e / 16] - 32) * (high ? code2 : code2 - 4));
+    for (int run = 0; run < 8; ++run) {
+      const uint8_t* q = src + 32 + 32 * (run / 4);
+      const int shift = 2 * (run % 4);
+      for (int half = 0; half < 2; ++half, out += 16) {
+        const float dl = d * static_cast<float>(scales[2 * run + half] - 32);
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+          const int code2 = (q[l] >> shift) & 3;
+          const int code = (src[l] >> run) & 1 ? code2 : code2 - 4;  // hmask bit `run` of byte l
+          out[l - 16 * half] = dl * static_cast<float>(code);
+        }
+      }
     }
   }
 }

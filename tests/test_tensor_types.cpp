@@ -343,6 +343,28 @@ TEST(TensorTypes, MatmulMatchesPerTokenReference) {
   }
 }
 
+// Each fast row decoder (what matmul multiplies) gives the scalar reference's values, up to the
+// order of the float multiply and add, on random rows of every type.
+TEST(TensorTypes, FastDecodersMatchTheReference) {
+  for (const auto& c : kCases) {
+    const int64_t rows = 3;
+    const auto bytes = random_matrix(c.type, rows, c.cols, 13);
+    const WeightMatrix w{c.type, rows, c.cols, bytes.data()};
+    const detail::RowKernels k = std::string(kernel_isa()) == "avx2" ? detail::avx2_kernels(c.type)
+                                                                     : detail::scalar_kernels(c.type);
+    std::vector<float> want(static_cast<size_t>(c.cols)), got(static_cast<size_t>(c.cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w, r, want.data());
+      k.decode(bytes.data() + static_cast<size_t>(r) * row_bytes(c.type, c.cols), c.cols, got.data());
+      float scale = 0;
+      for (float v : want) scale = std::max(scale, std::fabs(v));
+      for (int64_t i = 0; i < c.cols; ++i) {
+        ASSERT_NEAR(got[i], want[i], scale * 1e-6f) << type_name(c.type) << " row " << r << " value " << i;
+      }
+    }
+  }
+}
+
 TEST(TensorTypes, BadShapesAreErrors) {
   ThreadPool pool(1);
   std::vector<uint8_t> bytes(68);
