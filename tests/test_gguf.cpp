@@ -158,6 +158,8 @@ TEST(Gguf, HonoursACustomAlignment) {
 TEST(Gguf, WriterRejectsWrongSizes) {
   GgufWriter w;
   EXPECT_THROW(w.add_tensor("x", GgmlType::Q8_0, {33}, std::vector<uint8_t>(34)), Error);
+  EXPECT_THROW(w.add_tensor("x", GgmlType::Q5_K, {256}, std::vector<uint8_t>(175)), Error);  // a truncated block
+  EXPECT_THROW(w.add_tensor("x", GgmlType::Q2_K, {128}, std::vector<uint8_t>(42)), Error);   // half a super-block
   EXPECT_THROW(w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(15)), Error);
   w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(16));
   EXPECT_THROW(w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(16)), Error);
@@ -267,6 +269,9 @@ TEST(Gguf, CorruptTensorInfosAreNamed) {
   { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("type 99 is not a ggml type"); }
   const auto q8 = [](Corrupt& c) { return c.after("q8.weight"); };
   { Corrupt c; c.set<uint64_t>(q8(c) + 4, 33).expect_error("not a multiple of the Q8_0 block size"); }
+  // Rows of 64 fill no 256-value super-block.
+  { Corrupt c; c.set<uint32_t>(q8(c) + 20, 23).expect_error("'q8.weight' (IQ4_XS): row length 64 is not a multiple of the IQ4_XS block size 256"); }
+  { Corrupt c; c.set<uint32_t>(q8(c) + 20, 11).expect_error("not a multiple of the Q3_K block size 256"); }
   {
     Corrupt c;
     uint64_t offset;
