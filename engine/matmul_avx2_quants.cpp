@@ -106,9 +106,11 @@ TKV_AVX2 float dot_q8_row_iq4_xs(const uint8_t* row, const uint8_t* xq, int64_t 
   const __m256i table = iq4nl_table();
   for (int64_t b = 0; b < cols / 256; ++b, row += 136) {
     const float d = load_half(row);
+    float dl[8];  // unpacked first, off the chain of multiply-adds
+    for (int j = 0; j < 8; ++j) dl[j] = d * static_cast<float>(iq4_xs_scale(row, j) - 32);
     for (int j = 0; j < 8; ++j, xq += 34) {
       const __m256i w = _mm256_shuffle_epi8(table, unpack_nibbles(row + 8 + 16 * j));
-      const float scale = d * static_cast<float>(iq4_xs_scale(row, j) - 32) * load_half(xq);
+      const float scale = dl[j] * load_half(xq);
       if (j & 1) {
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale), dot32_i8_i8(w, load_q8_values(xq)), acc1);
       } else {
@@ -121,15 +123,17 @@ TKV_AVX2 float dot_q8_row_iq4_xs(const uint8_t* row, const uint8_t* xq, int64_t 
 
 // Q5_K: Q4_K's dot with the fifth bit of sub-block j taken from bit j of each qh byte.
 TKV_AVX2 float dot_q8_row_q5_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
-  __m256 acc = _mm256_setzero_ps();
+  // Four accumulators (scale and min terms, even and odd sub-blocks): one chain of 16 dependent
+  // multiply-adds per super-block was latency-bound.
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   const __m256i low_mask = _mm256_set1_epi8(15);
   const __m256i one = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < cols / 256; ++b, row += 176) {
     const float d = load_half(row), dmin = load_half(row + 2);
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
+    int sc[8], m[8];
+    for (int j = 0; j < 8; ++j) k_scale_min(j, row + 4, sc[j], m[j]);
     for (int j = 0; j < 8; ++j, xq += 34) {
-      int sc, m;
-      k_scale_min(j, row + 4, sc, m);
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 48 + 32 * (j / 2)));
       const __m256i low = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, low_mask);
       // Shifting 16-bit lanes right by j brings bit j of each byte to bit 0; the mask drops
@@ -140,11 +144,11 @@ TKV_AVX2 float dot_q8_row_q5_k(const uint8_t* row, const uint8_t* xq, int64_t co
       const float dx = load_half(xq);
       const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(codes, x));
       const __m256 xs = _mm256_cvtepi32_ps(dot32_u8_i8(one, x));
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc) * dx), qx, acc);
-      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(m) * dx), xs, acc);
+      acc[j & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[j]) * dx), qx, acc[j & 1]);
+      acc[2 + (j & 1)] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(m[j]) * dx), xs, acc[2 + (j & 1)]);
     }
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // Two int16 per-sub-block factors: the low lane's products belong to values 0..15 of the run
@@ -163,7 +167,7 @@ TKV_AVX2 inline __m256i two_bit_codes(const uint8_t* qs, int k) {
 // Q2_K: x = d * sc * code - dmin * m per sub-block of 16; the scales ride in the madd that
 // widens the int16 products, as in Q6_K.
 TKV_AVX2 float dot_q8_row_q2_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};  // as Q5_K
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < cols / 256; ++b, row += 84) {
     const float d = load_half(row + 80), dmin = load_half(row + 82);
@@ -175,11 +179,11 @@ TKV_AVX2 float dot_q8_row_q2_k(const uint8_t* row, const uint8_t* xq, int64_t co
       const __m256 qx = _mm256_cvtepi32_ps(_mm256_madd_epi16(qx16, pair16(s0 & 15, s1 & 15)));
       const __m256 xs = _mm256_cvtepi32_ps(_mm256_madd_epi16(xs16, pair16(s0 >> 4, s1 >> 4)));
       const float dx = load_half(xq);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), qx, acc);
-      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dx), xs, acc);
+      acc[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), qx, acc[k & 1]);
+      acc[2 + (k & 1)] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dx), xs, acc[2 + (k & 1)]);
     }
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // Q3_K: signed 3-bit codes (code2 - 4 where the hmask bit is clear) times signed 6-bit scales.
