@@ -19,7 +19,6 @@ using detail::k_scale_min;
 using detail::load_half;
 using detail::store_half;
 
-
 void dequantize_q8_0(const uint8_t* src, int64_t cols, float* out) {
   for (int64_t b = 0; b < cols / 32; ++b, src += 34) {
     const float d = load_half(src);
@@ -141,6 +140,13 @@ constexpr TypeInfo kTypes[] = {
     {"IQ4_NL_4_4", 0, 0},  {"IQ4_NL_4_8", 0, 0}, {"IQ4_NL_8_8", 0, 0}, {"MXFP4", 0, 0},
 };
 constexpr uint32_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
+
+// Every GgmlType value has its row in the table (a new enum value without one fails to build).
+constexpr bool has_row(GgmlType t) { return static_cast<uint32_t>(t) < kTypeCount && kTypes[static_cast<uint32_t>(t)].block != 0; }
+static_assert(has_row(GgmlType::F32) && has_row(GgmlType::F16) && has_row(GgmlType::BF16) && has_row(GgmlType::Q8_0) &&
+              has_row(GgmlType::Q4_0) && has_row(GgmlType::Q4_1) && has_row(GgmlType::Q5_0) && has_row(GgmlType::Q5_1) &&
+              has_row(GgmlType::IQ4_NL) && has_row(GgmlType::Q2_K) && has_row(GgmlType::Q3_K) && has_row(GgmlType::Q4_K) &&
+              has_row(GgmlType::Q5_K) && has_row(GgmlType::Q6_K) && has_row(GgmlType::IQ4_XS));
 
 const TypeInfo& supported_info(GgmlType type) {
   const auto raw = static_cast<uint32_t>(type);
