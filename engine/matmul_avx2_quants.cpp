@@ -297,8 +297,9 @@ TKV_AVX2 void decode_q2_k(const uint8_t* row, int64_t cols, float* out) {
     const float d = load_half(row + 80), dmin = load_half(row + 82);
     for (int k = 0; k < 8; ++k, out += 32) {
       const uint8_t s0 = row[2 * k], s1 = row[2 * k + 1];
-      store_codes<false>(two_bit_codes(row + 16, k), d * static_cast<float>(s0 & 15), -(dmin * static_cast<float>(s0 >> 4)),
-                         d * static_cast<float>(s1 & 15), -(dmin * static_cast<float>(s1 >> 4)), out);
+      const float dl0 = d * static_cast<float>(s0 & 15), ml0 = dmin * static_cast<float>(s0 >> 4);
+      const float dl1 = d * static_cast<float>(s1 & 15), ml1 = dmin * static_cast<float>(s1 >> 4);
+      store_codes<false>(two_bit_codes(row + 16, k), dl0, -ml0, dl1, -ml1, out);
     }
   }
 }
@@ -314,8 +315,9 @@ TKV_AVX2 void decode_q3_k(const uint8_t* row, int64_t cols, float* out) {
     for (int k = 0; k < 8; ++k, out += 32) {
       const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, k), one);
       const __m256i w = _mm256_sub_epi8(_mm256_add_epi8(two_bit_codes(row + 32, k), _mm256_slli_epi16(high, 2)), four);
-      store_codes<true>(w, d * static_cast<float>(scales[2 * k] - 32), 0.0f, d * static_cast<float>(scales[2 * k + 1] - 32),
-                        0.0f, out);
+      const float dl0 = d * static_cast<float>(scales[2 * k] - 32);
+      const float dl1 = d * static_cast<float>(scales[2 * k + 1] - 32);
+      store_codes<true>(w, dl0, 0.0f, dl1, 0.0f, out);
     }
   }
 }

@@ -257,7 +257,8 @@ void quantize_q6_k(const float* in, int64_t cols, uint8_t* dst) {
         for (int k = 0; k < 4; ++k) q[k] = codes[128 * h + 32 * k + l] + 32;  // stored 0..63
         dst[64 * h + l] = static_cast<uint8_t>((q[0] & 15) | ((q[2] & 15) << 4));
         dst[64 * h + l + 32] = static_cast<uint8_t>((q[1] & 15) | ((q[3] & 15) << 4));
-        dst[128 + 32 * h + l] = static_cast<uint8_t>((q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6));
+        dst[128 + 32 * h + l] =
+            static_cast<uint8_t>((q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6));
       }
     }
   }

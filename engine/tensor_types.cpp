@@ -142,10 +142,13 @@ constexpr TypeInfo kTypes[] = {
 constexpr uint32_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
 
 // Every GgmlType value has its row in the table (a new enum value without one fails to build).
-constexpr bool has_row(GgmlType t) { return static_cast<uint32_t>(t) < kTypeCount && kTypes[static_cast<uint32_t>(t)].block != 0; }
-static_assert(has_row(GgmlType::F32) && has_row(GgmlType::F16) && has_row(GgmlType::BF16) && has_row(GgmlType::Q8_0) &&
-              has_row(GgmlType::Q4_0) && has_row(GgmlType::Q4_1) && has_row(GgmlType::Q5_0) && has_row(GgmlType::Q5_1) &&
-              has_row(GgmlType::IQ4_NL) && has_row(GgmlType::Q2_K) && has_row(GgmlType::Q3_K) && has_row(GgmlType::Q4_K) &&
+constexpr bool has_row(GgmlType t) {
+  return static_cast<uint32_t>(t) < kTypeCount && kTypes[static_cast<uint32_t>(t)].block != 0;
+}
+static_assert(has_row(GgmlType::F32) && has_row(GgmlType::F16) && has_row(GgmlType::BF16) &&
+              has_row(GgmlType::Q8_0) && has_row(GgmlType::Q4_0) && has_row(GgmlType::Q4_1) &&
+              has_row(GgmlType::Q5_0) && has_row(GgmlType::Q5_1) && has_row(GgmlType::IQ4_NL) &&
+              has_row(GgmlType::Q2_K) && has_row(GgmlType::Q3_K) && has_row(GgmlType::Q4_K) &&
               has_row(GgmlType::Q5_K) && has_row(GgmlType::Q6_K) && has_row(GgmlType::IQ4_XS));
 
 const TypeInfo& supported_info(GgmlType type) {

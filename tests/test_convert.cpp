@@ -242,7 +242,8 @@ TEST(ConvertErrors, CommandLineWritesAFile) {
   EXPECT_EQ(f.find_tensor("blk.4.attn_q.weight")->type, GgmlType::Q8_0);
   EXPECT_EQ(f.get_int("general.file_type"), 7);
   std::remove(path.c_str());
-  EXPECT_NE(std::system(("'" + tool + "' convert '" + kCheckpoint + "' '" + path + "' --type iq2_xxs 2> /dev/null").c_str()), 0);
+  const std::string bad = "'" + tool + "' convert '" + kCheckpoint + "' '" + path + "' --type iq2_xxs 2> /dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
 }
 
 }  // namespace

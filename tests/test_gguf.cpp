@@ -264,13 +264,20 @@ TEST(Gguf, CorruptTensorInfosAreNamed) {
   { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 62).expect_error("tensor 'tok.weight' (F32)"); }
   { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 20).expect_error("truncated: tensor 'tok.weight'"); }
   // A type the engine cannot read is named, so the user knows what to convert from.
-  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 16).expect_error("tensor 'tok.weight': IQ2_XXS (type 16) is not supported"); }
+  {
+    Corrupt c;
+    c.set<uint32_t>(tok(c) + 20, 16).expect_error("tensor 'tok.weight': IQ2_XXS (type 16) is not supported");
+  }
   { Corrupt c; c.set<uint32_t>(tok(c) + 20, 15).expect_error("Q8_K (type 15) is not supported"); }
   { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("type 99 is not a ggml type"); }
   const auto q8 = [](Corrupt& c) { return c.after("q8.weight"); };
   { Corrupt c; c.set<uint64_t>(q8(c) + 4, 33).expect_error("not a multiple of the Q8_0 block size"); }
   // Rows of 64 fill no 256-value super-block.
-  { Corrupt c; c.set<uint32_t>(q8(c) + 20, 23).expect_error("'q8.weight' (IQ4_XS): row length 64 is not a multiple of the IQ4_XS block size 256"); }
+  {
+    Corrupt c;
+    c.set<uint32_t>(q8(c) + 20, 23)
+        .expect_error("'q8.weight' (IQ4_XS): row length 64 is not a multiple of the IQ4_XS block size 256");
+  }
   { Corrupt c; c.set<uint32_t>(q8(c) + 20, 11).expect_error("not a multiple of the Q3_K block size 256"); }
   {
     Corrupt c;

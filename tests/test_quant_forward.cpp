@@ -44,7 +44,9 @@ FloatCopy dequantized(const Model& m) {
   f.model.output = m.config.tied_embeddings ? f.model.token_embedding : to_float(m.output, f.store);
   for (const LayerWeights& w : m.layers) {
     LayerWeights c = w;
-    for (WeightMatrix* mat : {&c.wq, &c.wk, &c.wv, &c.wo, &c.w_gate, &c.w_down, &c.w_up}) *mat = to_float(*mat, f.store);
+    for (WeightMatrix* mat : {&c.wq, &c.wk, &c.wv, &c.wo, &c.w_gate, &c.w_down, &c.w_up}) {
+      *mat = to_float(*mat, f.store);
+    }
     f.model.layers.push_back(std::move(c));
   }
   f.model.validate();
@@ -100,7 +102,8 @@ TEST_P(QuantForward, KjvLogitsMatchTheDequantizedReference) {
   // q6_k 0.03; q5_1 0.05, q5_0 0.07, q5_k 0.07; q4_k 0.13, iq4_nl 0.13, iq4_xs 0.14, q4_0 0.17,
   // q4_1 0.18; q3_k 0.24; q2_k 0.41. The bounds are about 1.5x those per group of bit widths; an
   // encoder that packs a field wrongly gives errors of order 1.
-  const double bits = 8.0 * static_cast<double>(block_bytes(options.type)) / static_cast<double>(block_size(options.type));
+  const double bits =
+      8.0 * static_cast<double>(block_bytes(options.type)) / static_cast<double>(block_size(options.type));
   const double bound = bits > 8 ? 0.015 : bits > 5.4 ? 0.12 : bits > 4 ? 0.28 : bits > 3 ? 0.36 : 0.6;
   EXPECT_LT(vs_original, bound) << GetParam() << " at " << bits << " bits per weight";
   std::remove(path.c_str());

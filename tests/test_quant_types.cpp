@@ -228,7 +228,9 @@ std::vector<float> varied_floats(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = dist(rng) * static_cast<float>(1 + (i / 16) % 5) + 0.5f * static_cast<float>((i / 32) % 3) - 0.5f;
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = dist(rng) * static_cast<float>(1 + (i / 16) % 5) + 0.5f * static_cast<float>((i / 32) % 3) - 0.5f;
+  }
   return v;
 }
 
@@ -323,7 +325,8 @@ TEST(QuantTypes, NonFiniteScalesAreFound) {
       check_scales_finite(w);
       ADD_FAILURE() << type_name(type) << ": NaN scale not found";
     } catch (const Error& e) {
-      const std::string want = std::string(type_name(type)) + " row 1 block " + std::to_string(blocks - 1) + ": scale is NaN";
+      const std::string want =
+          std::string(type_name(type)) + " row 1 block " + std::to_string(blocks - 1) + ": scale is NaN";
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   }
