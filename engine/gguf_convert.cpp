@@ -14,17 +14,45 @@
 namespace turbokv::engine {
 namespace {
 
-// llama.cpp's general.file_type values (LLAMA_FTYPE_*).
+// llama.cpp's general.file_type values (LLAMA_FTYPE_*); a K-quant written uniformly is the
+// "_S" (small) mix, the one without higher-precision tensors.
 uint32_t file_type(GgmlType type) {
   switch (type) {
     case GgmlType::F32: return 0;
     case GgmlType::F16: return 1;
     case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
     case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q2_K: return 10;
+    case GgmlType::Q3_K: return 11;
+    case GgmlType::Q4_K: return 14;
+    case GgmlType::Q5_K: return 16;
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::IQ4_NL: return 25;
+    case GgmlType::IQ4_XS: return 30;
     case GgmlType::BF16: return 32;
-    default: break;
   }
   throw Error(fmt::format("convert: cannot write matrices as {}", type_name(type)));
+}
+
+// The type a matrix is stored in when its rows do not fill whole blocks of `wanted`: for the
+// 256-value super-block types, the 32-value type llama.cpp falls back to, when rows fill that;
+// otherwise F16.
+GgmlType storable_type(GgmlType wanted, int64_t cols) {
+  if (cols % static_cast<int64_t>(block_size(wanted)) == 0) return wanted;
+  GgmlType small = GgmlType::F16;
+  switch (wanted) {
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::IQ4_XS: small = GgmlType::IQ4_NL; break;
+    case GgmlType::Q4_K: small = GgmlType::Q5_0; break;
+    case GgmlType::Q5_K: small = GgmlType::Q5_1; break;
+    case GgmlType::Q6_K: small = GgmlType::Q8_0; break;
+    default: break;
+  }
+  return cols % static_cast<int64_t>(block_size(small)) == 0 ? small : GgmlType::F16;
 }
 
 std::string find_tokenizer(const std::string& checkpoint, const std::string& given) {
@@ -75,12 +103,15 @@ std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
 }  // namespace
 
 GgmlType parse_weight_type(const std::string& name) {
-  if (name == "f32") return GgmlType::F32;
-  if (name == "f16") return GgmlType::F16;
-  if (name == "bf16") return GgmlType::BF16;
-  if (name == "q8_0") return GgmlType::Q8_0;
-  if (name == "q4_0") return GgmlType::Q4_0;
-  throw Error(fmt::format("unknown weight type '{}' (f32, f16, bf16, q8_0, q4_0)", name));
+  std::string known;
+  for (uint32_t raw = 0; raw < 64; ++raw) {
+    if (!is_supported_type(raw)) continue;
+    std::string lower = type_name(static_cast<GgmlType>(raw));
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower == name) return static_cast<GgmlType>(raw);
+    known += (known.empty() ? "" : ", ") + lower;
+  }
+  throw Error(fmt::format("unknown weight type '{}' ({})", name, known));
 }
 
 ConvertSummary convert_llama2c_to_gguf(const std::string& checkpoint, const std::string& output,
@@ -137,11 +168,8 @@ ConvertSummary convert_llama2c_to_gguf(const std::string& checkpoint, const std:
   w.set_bool("tokenizer.ggml.add_space_prefix", true);
 
   const auto add_matrix = [&](const std::string& name, const WeightMatrix& m) {
-    GgmlType type = options.type;
-    if (m.cols % static_cast<int64_t>(block_size(type)) != 0) {
-      type = GgmlType::F16;
-      ++summary.n_fallback;
-    }
+    const GgmlType type = storable_type(options.type, m.cols);
+    if (type != options.type) ++summary.n_fallback;
     w.add_tensor(name, type, {m.cols, m.rows}, encode_matrix(m, type));
     ++summary.n_tensors;
   };

@@ -8,7 +8,10 @@
 // (token_embd, blk.N.attn_q, ..., output_norm; output only when the classifier is not shared).
 // llama2.c rotates adjacent pairs, as GGUF's llama architecture does, so Q and K are stored as
 // they are. Norm vectors stay F32; a matrix whose row length is not a multiple of the chosen
-// type's block (stories260K's hidden size 172 with Q8_0) falls back to F16.
+// type's block falls back as llama.cpp's quantizer does: a 256-value K-quant / IQ4_XS to a
+// 32-value type (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K / IQ4_XS -> IQ4_NL) when
+// the rows fill that, else F16 (stories260K's hidden size 172 with Q8_0). Matrices are encoded
+// with quantize_row's simple encoders, not llama-quantize's error-minimizing ones.
 #pragma once
 
 #include <string>
@@ -18,13 +21,13 @@
 namespace turbokv::engine {
 
 struct ConvertOptions {
-  GgmlType type = GgmlType::F32;  // F32, F16, BF16, Q8_0 or Q4_0 for the matrices
+  GgmlType type = GgmlType::F32;  // the matrices' type: any type the engine reads
   std::string tokenizer_path;     // empty: tok512.bin, then tokenizer.bin, next to the checkpoint
 };
 
 struct ConvertSummary {
   int n_tensors = 0;
-  int n_fallback = 0;  // matrices stored in F16 because their rows do not fill whole blocks
+  int n_fallback = 0;  // matrices stored in a fallback type because their rows do not fill whole blocks
   size_t file_bytes = 0;
   std::string tokenizer_path;
 };
@@ -33,7 +36,8 @@ struct ConvertSummary {
 ConvertSummary convert_llama2c_to_gguf(const std::string& checkpoint, const std::string& output,
                                        const ConvertOptions& options);
 
-// "f32" -> F32, "f16", "bf16", "q8_0", "q4_0" (throws for anything else).
+// A supported type's name in lower case ("f32", "q8_0", "q4_k", "iq4_xs", ...) -> the type;
+// throws turbokv::Error listing the names for anything else.
 GgmlType parse_weight_type(const std::string& name);
 
 }  // namespace turbokv::engine

@@ -230,7 +230,7 @@ GgufFile GgufFile::open(const std::string& path) {
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     const uint32_t raw_type = in.read<uint32_t>(fmt::format("type of tensor '{}'", t.name));
-    if (!is_supported_type(raw_type)) in.fail("tensor '{}': unsupported ggml type {}", t.name, raw_type);
+    if (!is_supported_type(raw_type)) in.fail("tensor '{}': {}", t.name, unsupported_type_message(raw_type));
     t.type = static_cast<GgmlType>(raw_type);
     t.offset = in.read<uint64_t>(fmt::format("offset of tensor '{}'", t.name));
     try {

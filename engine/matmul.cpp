@@ -61,6 +61,14 @@ RowKernels scalar_kernels(GgmlType type) {
     case GgmlType::Q4_0: return make_scalar<GgmlType::Q4_0>();
     case GgmlType::Q4_K: return make_scalar<GgmlType::Q4_K>();
     case GgmlType::Q6_K: return make_scalar<GgmlType::Q6_K>();
+    case GgmlType::Q4_1: return make_scalar<GgmlType::Q4_1>();
+    case GgmlType::Q5_0: return make_scalar<GgmlType::Q5_0>();
+    case GgmlType::Q5_1: return make_scalar<GgmlType::Q5_1>();
+    case GgmlType::IQ4_NL: return make_scalar<GgmlType::IQ4_NL>();
+    case GgmlType::Q2_K: return make_scalar<GgmlType::Q2_K>();
+    case GgmlType::Q3_K: return make_scalar<GgmlType::Q3_K>();
+    case GgmlType::Q5_K: return make_scalar<GgmlType::Q5_K>();
+    case GgmlType::IQ4_XS: return make_scalar<GgmlType::IQ4_XS>();
   }
   throw Error(fmt::format("no kernels for tensor type {}", static_cast<uint32_t>(type)));
 }

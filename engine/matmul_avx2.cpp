@@ -2,13 +2,9 @@
 // attributes and chosen at run time (avx2_available()), so one binary runs on any x86-64.
 // Quantized rows are decoded in registers and multiplied in float: the activations x stay
 // exact, so the result differs from the scalar reference only by float summation order.
+#include "engine/matmul_avx2_common.hpp"
 #include "engine/matmul_kernels.hpp"
 #include "turbokv/cpu_features.hpp"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TURBOKV_HAVE_AVX2_KERNELS 1
-#include <immintrin.h>
-#endif
 
 #include <cstring>
 
@@ -16,22 +12,14 @@ namespace turbokv::engine::detail {
 
 #if TURBOKV_HAVE_AVX2_KERNELS
 
-#define TKV_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 namespace {
 
-TKV_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-TKV_AVX2 inline float load_half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
+using avx2::dot32_i8_i8;
+using avx2::dot32_u8_i8;
+using avx2::dot_f32;
+using avx2::hsum;
+using avx2::load_half;
+using avx2::load_q8_values;
 
 TKV_AVX2 inline __m256 load_f16x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -49,22 +37,6 @@ TKV_AVX2 inline __m256 i8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_
 TKV_AVX2 inline __m256 dot16_i8(__m128i q, const float* x) {
   const __m256 a = _mm256_mul_ps(i8x8_to_ps(q), _mm256_loadu_ps(x));
   return _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(q, 8)), _mm256_loadu_ps(x + 8), a);
-}
-
-TKV_AVX2 float dot_f32(const float* a, const float* b, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
-    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
-  }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
 }
 
 TKV_AVX2 float dot_row_f32(const uint8_t* row, const float* x, int64_t cols) {
@@ -228,13 +200,6 @@ TKV_AVX2 float dot_row_q6_k(const uint8_t* row, const float* x, int64_t cols) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// Sum over 32 lanes of w[i] * x[i] for int8 w and x, as 8 int32 partial sums converted to
-// float. maddubs needs an unsigned operand: |w| with w's sign moved onto x.
-TKV_AVX2 inline __m256 dot32_i8_i8(__m256i w, __m256i x) {
-  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(products, _mm256_set1_epi16(1)));
-}
-
 TKV_AVX2 float dot_q8_row_q8_0(const uint8_t* row, const uint8_t* xq, int64_t cols) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const int64_t blocks = cols / 32;
@@ -270,15 +235,6 @@ TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t co
     }
   }
   return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-// Sum of u[i] * x[i] over 32 lanes, u unsigned (at most 127), x int8: 8 int32 partial sums.
-TKV_AVX2 inline __m256i dot32_u8_i8(__m256i u, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
-}
-
-TKV_AVX2 inline __m256i load_q8_values(const uint8_t* block) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
 }
 
 // Q4_K: sub-block j of a super-block lines up with one Q8_0 block of x, so
@@ -435,6 +391,7 @@ RowKernels avx2_kernels(GgmlType type) {
       k.dot = &dot_row_q6_k;
       k.dot_q8 = &dot_q8_row_q6_k;
       break;
+    default: add_avx2_quant_kernels(type, k); break;  // matmul_avx2_quants.cpp
   }
   return k;
 }

@@ -35,5 +35,8 @@ void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, int64_t cols, 
 // Returns false if this CPU (or build) has no AVX2/FMA/F16C.
 bool avx2_available();
 RowKernels avx2_kernels(GgmlType type);
+// The AVX2 kernels of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K and IQ4_XS
+// (matmul_avx2_quants.cpp), set into k; other types leave k as it is.
+void add_avx2_quant_kernels(GgmlType type, RowKernels& k);
 
 }  // namespace turbokv::engine::detail

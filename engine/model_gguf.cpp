@@ -34,7 +34,13 @@ WeightMatrix load_matrix(const GgufFile& gguf, const std::string& name, int64_t 
     throw Error(fmt::format("GGUF '{}': tensor {} has shape [{}], expected [{}, {}]", gguf.path(), name, shape, cols,
                             rows));
   }
-  return gguf.matrix(name);
+  const WeightMatrix m = gguf.matrix(name);
+  try {
+    check_scales_finite(m);
+  } catch (const Error& e) {
+    throw Error(fmt::format("GGUF '{}': tensor {}: {}", gguf.path(), name, e.what()));
+  }
+  return m;
 }
 
 // A 1-D tensor of n values, dequantized to float.

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <vector>
 
+#include "engine/gguf_convert.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/prng.hpp"
@@ -19,9 +21,7 @@ struct Storage {
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
 };
 
-bool type_supported(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::Q8_0 || t == GgmlType::Q4_0;
-}
+bool type_supported(GgmlType t) { return is_supported_type(static_cast<uint32_t>(t)); }
 
 size_t matrix_bytes(GgmlType type, int64_t rows, int64_t cols) {
   return row_bytes(type, cols) * static_cast<size_t>(rows);
@@ -88,8 +88,19 @@ void fill_row(GgmlType type, int64_t cols, float stddev, uint64_t seed, uint8_t*
       }
       break;
     }
-    default:
-      throw Error(fmt::format("synthetic model: weight type {} not supported", type_name(type)));
+    default: {
+      // Every other type: uniform values through the type's encoder (slower than drawing codes,
+      // but the encoder sets scales and mins the way a real file has them).
+      thread_local std::vector<float> values;
+      values.resize(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < cols; i += 2) {
+        const uint64_t r = rng.next();
+        values[static_cast<size_t>(i)] = uniform_pm(static_cast<uint32_t>(r), a);
+        if (i + 1 < cols) values[static_cast<size_t>(i + 1)] = uniform_pm(static_cast<uint32_t>(r >> 32), a);
+      }
+      quantize_row(type, values.data(), cols, out);
+      break;
+    }
   }
 }
 
@@ -147,13 +158,7 @@ ModelConfig synthetic_model_config(const std::string& name) {
   return c;
 }
 
-GgmlType parse_synthetic_weight_type(const std::string& name) {
-  if (name == "f32") return GgmlType::F32;
-  if (name == "f16") return GgmlType::F16;
-  if (name == "q8_0") return GgmlType::Q8_0;
-  if (name == "q4_0") return GgmlType::Q4_0;
-  throw Error(fmt::format("unknown weight type '{}' (f32, f16, q8_0, q4_0)", name));
-}
+GgmlType parse_synthetic_weight_type(const std::string& name) { return parse_weight_type(name); }
 
 size_t synthetic_weight_bytes(const ModelConfig& c, GgmlType type) {
   size_t per_layer = matrix_bytes(type, c.q_dim(), c.dim) + 2 * matrix_bytes(type, c.kv_dim(), c.dim) +
@@ -168,7 +173,7 @@ Model make_synthetic_model(const ModelConfig& config, GgmlType type, ThreadPool&
                            size_t max_bytes) {
   config.validate();
   if (!type_supported(type)) {
-    throw Error(fmt::format("synthetic model: weight type {} not supported (f32, f16, q8_0, q4_0)", type_name(type)));
+    throw Error(fmt::format("synthetic model: weight type {} not supported", type_name(type)));
   }
   const size_t need = synthetic_weight_bytes(config, type);  // also checks block divisibility
   const size_t limit = max_bytes ? max_bytes : physical_memory_bytes() / 10 * 8;

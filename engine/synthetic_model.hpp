@@ -27,7 +27,8 @@ std::vector<std::string> synthetic_model_names();
 // Throws turbokv::Error naming the known shapes for an unknown name.
 ModelConfig synthetic_model_config(const std::string& name);
 
-// "f32" | "f16" | "q8_0" | "q4_0" -> the type; throws turbokv::Error otherwise.
+// A supported type's lower-case name ("f32", "q8_0", "q4_k", ...; parse_weight_type) -> the
+// type; throws turbokv::Error otherwise.
 GgmlType parse_synthetic_weight_type(const std::string& name);
 
 // Bytes the weights of `config` take in `type` (the output matrix counted once when tied).

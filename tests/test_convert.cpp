@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gguf.hpp"
@@ -152,8 +153,75 @@ TEST_P(Convert, Stories260KRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Types, Convert, testing::Values("f32", "f16", "q8_0"));
 
+TEST(Convert, EveryTypeNameParses) {
+  for (uint32_t raw = 0; raw < 64; ++raw) {
+    if (!is_supported_type(raw)) continue;
+    std::string name = type_name(static_cast<GgmlType>(raw));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_EQ(parse_weight_type(name), static_cast<GgmlType>(raw)) << name;
+  }
+  EXPECT_THROW(parse_weight_type("q4_K"), Error);
+  EXPECT_THROW(parse_weight_type("iq2_xxs"), Error);
+}
+
+// stories260K's rows (64 and 172 values) fill no 256-value super-block: Q4_K falls back to Q5_0
+// where rows fill blocks of 32 (llama.cpp's choice), and to F16 for ffn_down's 172.
+TEST(Convert, SuperBlockTypesFallBackLikeLlamaCpp) {
+  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  const std::string path = out_path("q4_k.gguf");
+  ConvertOptions options;
+  options.type = GgmlType::Q4_K;
+  options.tokenizer_path = kTokenizer;
+  const ConvertSummary summary = convert_llama2c_to_gguf(kCheckpoint, path, options);
+  EXPECT_EQ(summary.n_fallback, 1 + 5 * 7);
+  {
+    const GgufFile f = GgufFile::open(path);
+    EXPECT_EQ(f.get_int("general.file_type"), 14);  // LLAMA_FTYPE_MOSTLY_Q4_K_S
+    EXPECT_EQ(f.find_tensor("token_embd.weight")->type, GgmlType::Q5_0);
+    EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q5_0);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::F16);
+  }
+  const Model m = load_gguf(path);
+  EXPECT_EQ(m.config.dim, 64);
+  std::remove(path.c_str());
+}
+
+// A NaN or infinite block scale makes the whole block NaN / inf: the loader refuses the file
+// and says where, instead of producing NaN logits later.
+TEST(ConvertErrors, NonFiniteScaleInAFileIsAnError) {
+  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  const std::string path = out_path("nan_scale.gguf");
+  ConvertOptions options;
+  options.type = GgmlType::Q8_0;
+  options.tokenizer_path = kTokenizer;
+  convert_llama2c_to_gguf(kCheckpoint, path, options);
+  size_t at = 0;
+  {
+    const GgufFile f = GgufFile::open(path);
+    at = f.data_offset() + f.find_tensor("blk.1.attn_q.weight")->offset + 2 * 34;  // row 1 (2 blocks a row), block 0
+  }
+  for (const auto& [bits, what] : {std::pair<uint16_t, std::string>{0x7E00, "NaN"}, {0xFC00, "infinite"}}) {
+    {
+      std::FILE* file = std::fopen(path.c_str(), "r+b");
+      ASSERT_NE(file, nullptr);
+      ASSERT_EQ(std::fseek(file, static_cast<long>(at), SEEK_SET), 0);
+      ASSERT_EQ(std::fwrite(&bits, 2, 1, file), 1u);
+      std::fclose(file);
+    }
+    try {
+      load_gguf(path);
+      ADD_FAILURE() << "a " << what << " scale was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor blk.1.attn_q.weight: Q8_0 row 1 block 0: scale is " + what),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::remove(path.c_str());
+}
+
 TEST(ConvertErrors, BadArgumentsAreErrors) {
-  EXPECT_THROW(parse_weight_type("q4_k"), Error);
+  EXPECT_THROW(parse_weight_type("q4_2"), Error);  // a type ggml removed
   EXPECT_EQ(parse_weight_type("q8_0"), GgmlType::Q8_0);
   ConvertOptions options;
   EXPECT_THROW(convert_llama2c_to_gguf(out_path("missing.bin"), out_path("x.gguf"), options), Error);
@@ -174,7 +242,8 @@ TEST(ConvertErrors, CommandLineWritesAFile) {
   EXPECT_EQ(f.find_tensor("blk.4.attn_q.weight")->type, GgmlType::Q8_0);
   EXPECT_EQ(f.get_int("general.file_type"), 7);
   std::remove(path.c_str());
-  EXPECT_NE(std::system(("'" + tool + "' convert '" + kCheckpoint + "' '" + path + "' --type q4_k 2> /dev/null").c_str()), 0);
+  const std::string bad = "'" + tool + "' convert '" + kCheckpoint + "' '" + path + "' --type iq2_xxs 2> /dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
 }
 
 }  // namespace

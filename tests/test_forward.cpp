@@ -10,10 +10,12 @@
 
 #include "engine/forward.hpp"
 #include "engine/model.hpp"
+#include "forward_reference.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 
 using namespace turbokv::engine;
+using turbokv::test::max_relative_error;
 
 namespace {
 
@@ -71,106 +73,6 @@ TestModel random_model(ModelConfig c, uint32_t seed) {
   return t;
 }
 
-using Vec = std::vector<double>;
-
-Vec matvec_ref(const WeightMatrix& w, const Vec& x) {
-  const auto* data = static_cast<const float*>(w.data);
-  Vec y(static_cast<size_t>(w.rows), 0.0);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t k = 0; k < w.cols; ++k) y[static_cast<size_t>(r)] += data[r * w.cols + k] * x[static_cast<size_t>(k)];
-  }
-  return y;
-}
-
-void rmsnorm_ref(double* x, const std::vector<float>& w, size_t n, double eps) {
-  double ss = 0;
-  for (size_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
-  for (size_t i = 0; i < n; ++i) x[i] = x[i] * s * w[i];
-}
-
-void rope_ref(double* head, const ModelConfig& c, size_t pos) {
-  const int half = c.head_dim / 2;
-  for (int i = 0; i < half; ++i) {
-    double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.head_dim);
-    if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
-    const double a = static_cast<double>(pos) * freq;
-    const int p0 = c.rope_neox ? i : 2 * i;
-    const int p1 = c.rope_neox ? i + half : 2 * i + 1;
-    const double v0 = head[p0], v1 = head[p1];
-    head[p0] = v0 * std::cos(a) - v1 * std::sin(a);
-    head[p1] = v0 * std::sin(a) + v1 * std::cos(a);
-  }
-}
-
-// Logits of every position of `tokens`, by the textbook equations.
-std::vector<Vec> reference_logits(const Model& m, const std::vector<int>& tokens) {
-  const ModelConfig& c = m.config;
-  const size_t T = tokens.size(), hd = static_cast<size_t>(c.head_dim);
-  std::vector<Vec> x(T);
-  for (size_t t = 0; t < T; ++t) {
-    const auto* e = static_cast<const float*>(m.token_embedding.data) + static_cast<size_t>(tokens[t]) * c.dim;
-    x[t].assign(e, e + c.dim);
-  }
-  for (const LayerWeights& w : m.layers) {
-    std::vector<Vec> q(T), k(T), v(T);
-    for (size_t t = 0; t < T; ++t) {
-      Vec h = x[t];
-      rmsnorm_ref(h.data(), w.attn_norm, h.size(), c.norm_eps);
-      q[t] = matvec_ref(w.wq, h);
-      k[t] = matvec_ref(w.wk, h);
-      v[t] = matvec_ref(w.wv, h);
-      for (size_t i = 0; i < w.bq.size(); ++i) q[t][i] += w.bq[i];
-      for (size_t i = 0; i < w.bk.size(); ++i) k[t][i] += w.bk[i];
-      for (size_t i = 0; i < w.bv.size(); ++i) v[t][i] += w.bv[i];
-      for (int h2 = 0; h2 < c.n_heads; ++h2) {
-        if (c.qk_norm) rmsnorm_ref(&q[t][h2 * hd], w.q_norm, hd, c.norm_eps);
-        rope_ref(&q[t][h2 * hd], c, t);
-      }
-      for (int h2 = 0; h2 < c.n_kv_heads; ++h2) {
-        if (c.qk_norm) rmsnorm_ref(&k[t][h2 * hd], w.k_norm, hd, c.norm_eps);
-        rope_ref(&k[t][h2 * hd], c, t);
-      }
-    }
-    const int group = c.n_heads / c.n_kv_heads;
-    for (size_t t = 0; t < T; ++t) {
-      Vec att(static_cast<size_t>(c.q_dim()), 0.0);
-      for (int h2 = 0; h2 < c.n_heads; ++h2) {
-        const size_t kvh = static_cast<size_t>(h2 / group);
-        Vec score(t + 1);
-        double mx = -1e300;
-        for (size_t s = 0; s <= t; ++s) {
-          double dot = 0;
-          for (size_t i = 0; i < hd; ++i) dot += q[t][h2 * hd + i] * k[s][kvh * hd + i];
-          score[s] = dot / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, score[s]);
-        }
-        double total = 0;
-        for (auto& sc : score) total += (sc = std::exp(sc - mx));
-        for (size_t s = 0; s <= t; ++s) {
-          for (size_t i = 0; i < hd; ++i) att[h2 * hd + i] += score[s] / total * v[s][kvh * hd + i];
-        }
-      }
-      const Vec o = matvec_ref(w.wo, att);
-      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
-      Vec h = x[t];
-      rmsnorm_ref(h.data(), w.ffn_norm, h.size(), c.norm_eps);
-      Vec g = matvec_ref(w.w_gate, h);
-      const Vec u = matvec_ref(w.w_up, h);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const Vec d = matvec_ref(w.w_down, g);
-      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
-    }
-  }
-  std::vector<Vec> logits(T);
-  for (size_t t = 0; t < T; ++t) {
-    Vec h = x[t];
-    rmsnorm_ref(h.data(), m.final_norm, h.size(), c.norm_eps);
-    logits[t] = matvec_ref(m.output, h);
-  }
-  return logits;
-}
-
 ModelConfig small_config() {
   ModelConfig c;
   c.dim = 48;
@@ -182,40 +84,6 @@ ModelConfig small_config() {
   c.vocab_size = 97;
   c.seq_len = 64;
   return c;
-}
-
-// Runs Forward over `tokens` (prefill in chunks of `chunk`, or all via run_all_logits) with f32
-// dense caches; returns the largest |difference| to the reference relative to the logits' scale.
-double max_relative_error(const Model& m, const std::vector<int>& tokens, int chunk, int threads) {
-  const auto ref = reference_logits(m, tokens);
-  turbokv::ThreadPool pool(threads);
-  Forward forward(m, pool, chunk);
-  std::vector<std::unique_ptr<turbokv::DenseKVCache>> caches;
-  std::vector<turbokv::KVCache*> ptrs;
-  for (int l = 0; l < m.config.n_layers; ++l) {
-    caches.push_back(std::make_unique<turbokv::DenseKVCache>(m.config.n_kv_heads, m.config.head_dim,
-                                                            turbokv::DenseDtype::f32));
-    ptrs.push_back(caches.back().get());
-  }
-  const size_t vocab = static_cast<size_t>(m.config.vocab_size);
-  // First half of the sequence at once with every position's logits, the rest one by one.
-  const size_t half = tokens.size() / 2;
-  std::vector<float> all(half * vocab);
-  forward.run_all_logits(std::span<const int>(tokens.data(), half), ptrs, all);
-  double worst = 0, scale = 0;
-  auto compare = [&](const float* got, const Vec& want) {
-    for (size_t i = 0; i < vocab; ++i) {
-      worst = std::max(worst, std::abs(got[i] - want[i]));
-      scale = std::max(scale, std::abs(want[i]));
-    }
-  };
-  for (size_t t = 0; t < half; ++t) compare(all.data() + t * vocab, ref[t]);
-  for (size_t t = half; t < tokens.size(); ++t) {
-    const auto logits = forward.run(std::span<const int>(&tokens[t], 1), ptrs);
-    compare(logits.data(), ref[t]);
-  }
-  EXPECT_EQ(caches[0]->size(), tokens.size());
-  return worst / scale;
 }
 
 std::vector<int> some_tokens(int n, int vocab) {

@@ -110,6 +110,35 @@ TEST(Gguf, RoundTripsValuesAndTensors) {
   std::remove(path.c_str());
 }
 
+// Every weight type the engine reads is written with its ggml id and block size, and comes back
+// byte for byte (bytes from iota: the container does not look inside blocks).
+TEST(Gguf, EveryWeightTypeRoundTrips) {
+  const std::string path = temp_path("types.gguf");
+  GgufWriter w;
+  std::vector<uint32_t> raws;
+  for (uint32_t raw = 0; raw < 64; ++raw) {
+    if (!is_supported_type(raw)) continue;
+    raws.push_back(raw);
+    const auto type = static_cast<GgmlType>(raw);
+    w.add_tensor(std::string("t.") + type_name(type), type, {512, 3}, iota_bytes(3 * row_bytes(type, 512), 9));
+  }
+  EXPECT_EQ(raws.size(), 15u);
+  w.write(path);
+  {
+    const GgufFile f = GgufFile::open(path);
+    for (uint32_t raw : raws) {
+      const auto type = static_cast<GgmlType>(raw);
+      const auto* t = f.find_tensor(std::string("t.") + type_name(type));
+      ASSERT_NE(t, nullptr) << raw;
+      EXPECT_EQ(t->type, type);
+      ASSERT_EQ(t->nbytes, 3 * row_bytes(type, 512));
+      const auto want = iota_bytes(t->nbytes, 9);
+      EXPECT_EQ(std::memcmp(t->data, want.data(), t->nbytes), 0) << type_name(type);
+    }
+  }
+  std::remove(path.c_str());
+}
+
 TEST(Gguf, HonoursACustomAlignment) {
   GgufWriter w;
   w.set_alignment(64);
@@ -129,6 +158,8 @@ TEST(Gguf, HonoursACustomAlignment) {
 TEST(Gguf, WriterRejectsWrongSizes) {
   GgufWriter w;
   EXPECT_THROW(w.add_tensor("x", GgmlType::Q8_0, {33}, std::vector<uint8_t>(34)), Error);
+  EXPECT_THROW(w.add_tensor("x", GgmlType::Q5_K, {256}, std::vector<uint8_t>(175)), Error);  // a truncated block
+  EXPECT_THROW(w.add_tensor("x", GgmlType::Q2_K, {128}, std::vector<uint8_t>(42)), Error);   // half a super-block
   EXPECT_THROW(w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(15)), Error);
   w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(16));
   EXPECT_THROW(w.add_tensor("x", GgmlType::F32, {4}, std::vector<uint8_t>(16)), Error);
@@ -232,10 +263,22 @@ TEST(Gguf, CorruptTensorInfosAreNamed) {
   { Corrupt c; c.set<uint64_t>(tok(c) + 4, 0).expect_error("tensor 'tok.weight': dimension 0 is 0"); }
   { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 62).expect_error("tensor 'tok.weight' (F32)"); }
   { Corrupt c; c.set<uint64_t>(tok(c) + 12, 1ull << 20).expect_error("truncated: tensor 'tok.weight'"); }
-  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 3).expect_error("tensor 'tok.weight': unsupported ggml type 3"); }
-  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("unsupported ggml type 99"); }
+  // A type the engine cannot read is named, so the user knows what to convert from.
+  {
+    Corrupt c;
+    c.set<uint32_t>(tok(c) + 20, 16).expect_error("tensor 'tok.weight': IQ2_XXS (type 16) is not supported");
+  }
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 15).expect_error("Q8_K (type 15) is not supported"); }
+  { Corrupt c; c.set<uint32_t>(tok(c) + 20, 99).expect_error("type 99 is not a ggml type"); }
   const auto q8 = [](Corrupt& c) { return c.after("q8.weight"); };
   { Corrupt c; c.set<uint64_t>(q8(c) + 4, 33).expect_error("not a multiple of the Q8_0 block size"); }
+  // Rows of 64 fill no 256-value super-block.
+  {
+    Corrupt c;
+    c.set<uint32_t>(q8(c) + 20, 23)
+        .expect_error("'q8.weight' (IQ4_XS): row length 64 is not a multiple of the IQ4_XS block size 256");
+  }
+  { Corrupt c; c.set<uint32_t>(q8(c) + 20, 11).expect_error("not a multiple of the Q3_K block size 256"); }
   {
     Corrupt c;
     uint64_t offset;

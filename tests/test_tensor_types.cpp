@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/matmul_kernels.hpp"
 #include "engine/tensor_types.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
@@ -34,7 +35,9 @@ TEST(TensorTypes, RowBytesFollowTheBlockSizes) {
   EXPECT_THROW(row_bytes(GgmlType::Q4_K, 32), Error);
   EXPECT_THROW(row_bytes(GgmlType::F32, -1), Error);
   EXPECT_TRUE(is_supported_type(14));
-  EXPECT_FALSE(is_supported_type(3));  // Q4_1: a real ggml type we do not read
+  EXPECT_FALSE(is_supported_type(16));  // IQ2_XXS: a real ggml type we do not read
+  EXPECT_FALSE(is_supported_type(4));   // Q4_2: removed from ggml
+  EXPECT_FALSE(is_supported_type(40));  // past every type this build knows
   EXPECT_STREQ(type_name(GgmlType::Q6_K), "Q6_K");
 }
 
@@ -156,8 +159,6 @@ TEST(TensorTypes, QuantizeRoundTripErrorIsBounded) {
       ASSERT_LE(std::fabs(back[i] - x[i]), bound) << type_name(type) << " at " << i;
     }
   }
-  std::vector<uint8_t> bytes(row_bytes(GgmlType::Q4_K, cols));
-  EXPECT_THROW(quantize_row(GgmlType::Q4_K, x.data(), cols, bytes.data()), Error);
 }
 
 // Random encoded rows: random bytes, with every fp16 scale overwritten by a sane value.
@@ -182,6 +183,20 @@ std::vector<uint8_t> random_matrix(GgmlType type, int64_t rows, int64_t cols, ui
         put_half(bytes, at + 2, scale(rng));
         break;
       case GgmlType::Q6_K: put_half(bytes, at + 208, scale(rng)); break;
+      case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS: put_half(bytes, at, scale(rng)); break;
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1:
+      case GgmlType::Q5_K:
+        put_half(bytes, at, scale(rng));
+        put_half(bytes, at + 2, scale(rng));
+        break;
+      case GgmlType::Q2_K:
+        put_half(bytes, at + 80, scale(rng));
+        put_half(bytes, at + 82, scale(rng));
+        break;
+      case GgmlType::Q3_K: put_half(bytes, at + 108, scale(rng)); break;
       default: break;
     }
   }
@@ -193,9 +208,18 @@ struct Case {
   int64_t cols;
 };
 
-const Case kCases[] = {{GgmlType::F32, 173}, {GgmlType::F32, 64},  {GgmlType::F16, 173},
-                       {GgmlType::BF16, 173}, {GgmlType::Q8_0, 320}, {GgmlType::Q4_0, 320},
-                       {GgmlType::Q4_K, 512}, {GgmlType::Q6_K, 512}};
+// Odd block counts (11 blocks of 32, 3 super-blocks of 256) so no kernel can assume pairs.
+const Case kCases[] = {{GgmlType::F32, 173},   {GgmlType::F32, 64},    {GgmlType::F16, 173},
+                       {GgmlType::BF16, 173},  {GgmlType::Q8_0, 320},  {GgmlType::Q4_0, 320},
+                       {GgmlType::Q4_K, 512},  {GgmlType::Q6_K, 512},  {GgmlType::Q4_1, 352},
+                       {GgmlType::Q5_0, 352},  {GgmlType::Q5_1, 352},  {GgmlType::IQ4_NL, 352},
+                       {GgmlType::Q2_K, 768},  {GgmlType::Q3_K, 768},  {GgmlType::Q5_K, 768},
+                       {GgmlType::IQ4_XS, 768}};
+
+// Whether matvec takes the Q8_0-activation path for this type on the current kernels.
+bool uses_q8_path(GgmlType type) {
+  return q8_activations() && std::string(kernel_isa()) == "avx2" && detail::avx2_kernels(type).dot_q8 != nullptr;
+}
 
 // |fast - reference| within float rounding of a sum of |w_i x_i| (one wrongly decoded value
 // would move the result by ~1/cols of that sum, far above this bound).
@@ -240,8 +264,11 @@ TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
       for (bool q8 : {true, false}) {
         force_scalar_kernels(scalar);
         set_q8_activations(q8);
-        const bool q8_path = q8 && std::string(kernel_isa()) == "avx2" &&
-                             block_size(c.type) > 1;
+        const bool q8_path = uses_q8_path(c.type);
+        // Every quantized type has an AVX2 Q8_0-activation kernel.
+        if (q8 && std::string(kernel_isa()) == "avx2") {
+          EXPECT_EQ(q8_path, block_size(c.type) > 1) << type_name(c.type);
+        }
         const auto x_used = q8_path ? q8_round_trip(x) : x;
         matvec_reference(w, x_used.data(), want.data());
         const auto magnitude = abs_products(w, x_used.data());
@@ -263,8 +290,10 @@ TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
 // half a step (max|x| / 254 per block) per element.
 TEST(TensorTypes, Q8ActivationErrorIsBounded) {
   ThreadPool pool(1);
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
-    const int64_t rows = 9, cols = 512;
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_1,
+                        GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K,
+                        GgmlType::Q5_K, GgmlType::IQ4_XS}) {
+    const int64_t rows = 9, cols = 768;
     const auto bytes = random_matrix(type, rows, cols, 21);
     const WeightMatrix w{type, rows, cols, bytes.data()};
     const auto x = random_floats(static_cast<size_t>(cols), 23);
@@ -310,6 +339,28 @@ TEST(TensorTypes, MatmulMatchesPerTokenReference) {
         }
       }
       force_scalar_kernels(false);
+    }
+  }
+}
+
+// Each fast row decoder (what matmul multiplies) gives the scalar reference's values, up to the
+// order of the float multiply and add, on random rows of every type.
+TEST(TensorTypes, FastDecodersMatchTheReference) {
+  for (const auto& c : kCases) {
+    const int64_t rows = 3;
+    const auto bytes = random_matrix(c.type, rows, c.cols, 13);
+    const WeightMatrix w{c.type, rows, c.cols, bytes.data()};
+    const detail::RowKernels k = std::string(kernel_isa()) == "avx2" ? detail::avx2_kernels(c.type)
+                                                                     : detail::scalar_kernels(c.type);
+    std::vector<float> want(static_cast<size_t>(c.cols)), got(static_cast<size_t>(c.cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w, r, want.data());
+      k.decode(bytes.data() + static_cast<size_t>(r) * row_bytes(c.type, c.cols), c.cols, got.data());
+      float scale = 0;
+      for (float v : want) scale = std::max(scale, std::fabs(v));
+      for (int64_t i = 0; i < c.cols; ++i) {
+        ASSERT_NEAR(got[i], want[i], scale * 1e-6f) << type_name(c.type) << " row " << r << " value " << i;
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-// `turbokv decode-bench (--model PATH | --synthetic NAME) [--weights f32|f16|q8_0] --context LIST
+// `turbokv decode-bench (--model PATH | --synthetic NAME) [--weights f32|f16|q8_0|q4_k|...] --context LIST
 // --kv LIST [--steps N] [--json]`: decode speed at long contexts with caches filled by synthetic
 // keys/values (issue 6; the method is described in engine/evaluate_decode.hpp).
 #include <fmt/format.h>
@@ -57,7 +57,9 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
   auto* synthetic = app.add_option("--synthetic", args->synthetic,
                                    "random-weight model with a real shape: llama-3.2-1b, llama-3.1-8b, qwen3-0.6b");
   model->excludes(synthetic);
-  app.add_option("--weights", args->weights, "weight type of a synthetic model: f32, f16, q8_0, q4_0 (default q8_0)");
+  app.add_option("--weights", args->weights,
+                 "weight type of a synthetic model: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
+                 "q4_k, q5_k, q6_k, iq4_xs (default q8_0)");
   app.add_option("--context", args->contexts, "comma-separated context lengths, e.g. 4096,32768 or 4K,32K")->required();
   app.add_option("--kv", args->kv, "comma-separated configurations, e.g. dense16,tq4,tq3")->required();
   app.add_option("--steps", args->steps, "timed decode steps per configuration and context (default 8)")

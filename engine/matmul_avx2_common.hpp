@@ -1,0 +1,68 @@
+// Internal: AVX2 helpers shared by the kernel files (matmul_avx2.cpp, matmul_avx2_quants.cpp).
+// Every function carries the target attribute, so these files build for baseline x86-64 and
+// the kernels are only called after avx2_available().
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TURBOKV_HAVE_AVX2_KERNELS 1
+#include <immintrin.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#if TURBOKV_HAVE_AVX2_KERNELS
+
+#define TKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace turbokv::engine::detail::avx2 {
+
+TKV_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+TKV_AVX2 inline float load_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+TKV_AVX2 inline float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Sum over 32 lanes of w[i] * x[i] for int8 w and x, as 8 int32 partial sums converted to
+// float. maddubs needs an unsigned operand: |w| with w's sign moved onto x.
+TKV_AVX2 inline __m256 dot32_i8_i8(__m256i w, __m256i x) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(products, _mm256_set1_epi16(1)));
+}
+
+// Sum of u[i] * x[i] over 32 lanes, u unsigned (at most 127), x int8: 8 int32 partial sums.
+TKV_AVX2 inline __m256i dot32_u8_i8(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// The 32 int8 values of a Q8_0 block (after its fp16 scale).
+TKV_AVX2 inline __m256i load_q8_values(const uint8_t* block) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+}
+
+}  // namespace turbokv::engine::detail::avx2
+
+#endif

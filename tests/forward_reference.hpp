@@ -1,0 +1,163 @@
+// The textbook forward pass (float64, whole-sequence attention with explicit arrays, no cache)
+// that the engine's Forward is tested against, and the comparison itself. Shared by
+// test_forward.cpp (random float models) and test_quant_forward.cpp (quantized GGUF models
+// against their dequantized weights).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/forward.hpp"
+#include "engine/model.hpp"
+#include "turbokv/dense_cache.hpp"
+
+namespace turbokv::test {
+
+using engine::LayerWeights;
+using engine::Model;
+using engine::ModelConfig;
+using engine::WeightMatrix;
+
+using Vec = std::vector<double>;
+
+inline Vec matvec_ref(const WeightMatrix& w, const Vec& x) {
+  EXPECT_EQ(w.type, engine::GgmlType::F32) << "the reference reads float weights";
+  const auto* data = static_cast<const float*>(w.data);
+  Vec y(static_cast<size_t>(w.rows), 0.0);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t k = 0; k < w.cols; ++k) y[static_cast<size_t>(r)] += data[r * w.cols + k] * x[static_cast<size_t>(k)];
+  }
+  return y;
+}
+
+inline void rmsnorm_ref(double* x, const std::vector<float>& w, size_t n, double eps) {
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] * s * w[i];
+}
+
+inline void rope_ref(double* head, const ModelConfig& c, size_t pos) {
+  const int half = c.head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.head_dim);
+    if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
+    const double a = static_cast<double>(pos) * freq;
+    const int p0 = c.rope_neox ? i : 2 * i;
+    const int p1 = c.rope_neox ? i + half : 2 * i + 1;
+    const double v0 = head[p0], v1 = head[p1];
+    head[p0] = v0 * std::cos(a) - v1 * std::sin(a);
+    head[p1] = v0 * std::sin(a) + v1 * std::cos(a);
+  }
+}
+
+// Logits of every position of `tokens`, by the textbook equations.
+inline std::vector<Vec> reference_logits(const Model& m, const std::vector<int>& tokens) {
+  const ModelConfig& c = m.config;
+  const size_t T = tokens.size(), hd = static_cast<size_t>(c.head_dim);
+  std::vector<Vec> x(T);
+  for (size_t t = 0; t < T; ++t) {
+    const auto* e = static_cast<const float*>(m.token_embedding.data) + static_cast<size_t>(tokens[t]) * c.dim;
+    x[t].assign(e, e + c.dim);
+  }
+  for (const LayerWeights& w : m.layers) {
+    std::vector<Vec> q(T), k(T), v(T);
+    for (size_t t = 0; t < T; ++t) {
+      Vec h = x[t];
+      rmsnorm_ref(h.data(), w.attn_norm, h.size(), c.norm_eps);
+      q[t] = matvec_ref(w.wq, h);
+      k[t] = matvec_ref(w.wk, h);
+      v[t] = matvec_ref(w.wv, h);
+      for (size_t i = 0; i < w.bq.size(); ++i) q[t][i] += w.bq[i];
+      for (size_t i = 0; i < w.bk.size(); ++i) k[t][i] += w.bk[i];
+      for (size_t i = 0; i < w.bv.size(); ++i) v[t][i] += w.bv[i];
+      for (int h2 = 0; h2 < c.n_heads; ++h2) {
+        if (c.qk_norm) rmsnorm_ref(&q[t][h2 * hd], w.q_norm, hd, c.norm_eps);
+        rope_ref(&q[t][h2 * hd], c, t);
+      }
+      for (int h2 = 0; h2 < c.n_kv_heads; ++h2) {
+        if (c.qk_norm) rmsnorm_ref(&k[t][h2 * hd], w.k_norm, hd, c.norm_eps);
+        rope_ref(&k[t][h2 * hd], c, t);
+      }
+    }
+    const int group = c.n_heads / c.n_kv_heads;
+    for (size_t t = 0; t < T; ++t) {
+      Vec att(static_cast<size_t>(c.q_dim()), 0.0);
+      for (int h2 = 0; h2 < c.n_heads; ++h2) {
+        const size_t kvh = static_cast<size_t>(h2 / group);
+        Vec score(t + 1);
+        double mx = -1e300;
+        for (size_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (size_t i = 0; i < hd; ++i) dot += q[t][h2 * hd + i] * k[s][kvh * hd + i];
+          score[s] = dot / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, score[s]);
+        }
+        double total = 0;
+        for (auto& sc : score) total += (sc = std::exp(sc - mx));
+        for (size_t s = 0; s <= t; ++s) {
+          for (size_t i = 0; i < hd; ++i) att[h2 * hd + i] += score[s] / total * v[s][kvh * hd + i];
+        }
+      }
+      const Vec o = matvec_ref(w.wo, att);
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+      Vec h = x[t];
+      rmsnorm_ref(h.data(), w.ffn_norm, h.size(), c.norm_eps);
+      Vec g = matvec_ref(w.w_gate, h);
+      const Vec u = matvec_ref(w.w_up, h);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const Vec d = matvec_ref(w.w_down, g);
+      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+    }
+  }
+  std::vector<Vec> logits(T);
+  for (size_t t = 0; t < T; ++t) {
+    Vec h = x[t];
+    rmsnorm_ref(h.data(), m.final_norm, h.size(), c.norm_eps);
+    logits[t] = matvec_ref(m.output, h);
+  }
+  return logits;
+}
+
+// Runs Forward on `m` over `tokens` (the first half at once through run_all_logits, prefilled in
+// chunks of `chunk`, the rest one token at a time) with f32 dense caches; returns the largest
+// |difference| to the reference logits of `reference` (float weights; m itself by default)
+// relative to the logits' scale.
+inline double max_relative_error(const Model& m, const std::vector<int>& tokens, int chunk, int threads,
+                                 const Model* reference = nullptr) {
+  const auto ref = reference_logits(reference != nullptr ? *reference : m, tokens);
+  turbokv::ThreadPool pool(threads);
+  engine::Forward forward(m, pool, chunk);
+  std::vector<std::unique_ptr<turbokv::DenseKVCache>> caches;
+  std::vector<turbokv::KVCache*> ptrs;
+  for (int l = 0; l < m.config.n_layers; ++l) {
+    caches.push_back(std::make_unique<turbokv::DenseKVCache>(m.config.n_kv_heads, m.config.head_dim,
+                                                            turbokv::DenseDtype::f32));
+    ptrs.push_back(caches.back().get());
+  }
+  const size_t vocab = static_cast<size_t>(m.config.vocab_size);
+  // First half of the sequence at once with every position's logits, the rest one by one.
+  const size_t half = tokens.size() / 2;
+  std::vector<float> all(half * vocab);
+  forward.run_all_logits(std::span<const int>(tokens.data(), half), ptrs, all);
+  double worst = 0, scale = 0;
+  auto compare = [&](const float* got, const Vec& want) {
+    for (size_t i = 0; i < vocab; ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+  };
+  for (size_t t = 0; t < half; ++t) compare(all.data() + t * vocab, ref[t]);
+  for (size_t t = half; t < tokens.size(); ++t) {
+    const auto logits = forward.run(std::span<const int>(&tokens[t], 1), ptrs);
+    compare(logits.data(), ref[t]);
+  }
+  EXPECT_EQ(caches[0]->size(), tokens.size());
+  return worst / scale;
+}
+
+}  // namespace turbokv::test
