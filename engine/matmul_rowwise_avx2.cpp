@@ -5,31 +5,14 @@
 // changes no bit of any row (tests/test_batch_forward.cpp checks it against matvec).
 #include "engine/matmul_kernels.hpp"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "engine/matmul_avx2_common.hpp"
 
-#include <cstring>
+#if TURBOKV_HAVE_AVX2_KERNELS
 
 namespace turbokv::engine::detail {
 
-#define TKV_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-namespace {
-
-TKV_AVX2 inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-TKV_AVX2 inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-}  // namespace
+using avx2::hsum;
+using avx2::load_half;
 
 TKV_AVX2 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, int64_t cols, float* out) {
   __m256 acc[4][2];
@@ -40,17 +23,17 @@ TKV_AVX2 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, int64
     const uint8_t* wb = row + b * 34;
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
     const __m256i w_abs = _mm256_sign_epi8(w, w);
-    const float dw = half_at(wb);
+    const float dw = load_half(wb);
     for (int t = 0; t < 4; ++t) {
       const uint8_t* xb = xq[t] + b * 34;
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
-      const __m256 d = _mm256_set1_ps(dw * half_at(xb));
+      const __m256 d = _mm256_set1_ps(dw * load_half(xb));
       const __m256i products = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w));
       const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(products, ones));
       acc[t][b & 1] = _mm256_fmadd_ps(d, dot, acc[t][b & 1]);
     }
   }
-  for (int t = 0; t < 4; ++t) out[t] = hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));
+  for (int t = 0; t < 4; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
 }
 
 }  // namespace turbokv::engine::detail

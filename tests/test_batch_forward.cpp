@@ -36,9 +36,11 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 
 TEST(MatmulRowwise, EveryRowIsMatvecBitForBit) {
   ThreadPool pool1(1), pool2(2);
-  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+  for (const auto& [type, cols] : {std::pair{GgmlType::F32, int64_t{96}}, std::pair{GgmlType::F16, int64_t{96}},
+                                    std::pair{GgmlType::Q8_0, int64_t{96}}, std::pair{GgmlType::Q4_0, int64_t{96}},
+                                    std::pair{GgmlType::Q5_0, int64_t{96}}, std::pair{GgmlType::Q4_K, int64_t{256}},
+                                    std::pair{GgmlType::Q6_K, int64_t{256}}, std::pair{GgmlType::IQ4_XS, int64_t{256}}}) {
     for (const int64_t rows : {1, 37, 130}) {
-      const int64_t cols = 96;
       const auto dense = random_floats(static_cast<size_t>(rows * cols), 3);
       std::vector<uint8_t> bytes(row_bytes(type, cols) * static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) quantize_row(type, dense.data() + r * cols, cols, bytes.data() + r * row_bytes(type, cols));
