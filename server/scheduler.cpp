@@ -271,13 +271,16 @@ bool Scheduler::step() {
     owner.push_back(seq.get());
     ++rows;
   }
-  // Prompt chunks, oldest request first; at least one chunk per step so prompts always advance.
+  // Prompt chunks, oldest request first, up to step_tokens rows; at least one chunk per step
+  // however many sequences decode, so prompts always advance.
   const size_t page = options_.page_tokens;
+  bool any_chunk = false;
   for (auto& seq : running_) {
     while (seq->prefilling()) {
       const auto& prompt = seq->request.prompt;
       const size_t end = std::min(prompt.size(), (seq->fed / page + 1) * page);
-      if (rows > 0 && rows + (end - seq->fed) > options_.step_tokens) break;
+      if (any_chunk && rows + (end - seq->fed) > options_.step_tokens) break;
+      any_chunk = true;
       entries.push_back({std::span<const int>(prompt).subspan(seq->fed, end - seq->fed), seq->layers,
                          end == prompt.size()});
       owner.push_back(seq.get());
