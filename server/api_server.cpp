@@ -336,6 +336,7 @@ void ApiServer::routes() {
         return "data: " + dump(body) + "\n\n";
       };
       auto started = std::make_shared<bool>(false);
+      auto idle_polls = std::make_shared<int>(0);
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
@@ -353,12 +354,16 @@ void ApiServer::routes() {
             }
             StreamEvent ev;
             if (!handle->wait_next(ev, std::chrono::milliseconds(200))) {
+              // Waiting (queued, or a long prompt): an SSE comment every 10 s keeps proxies and
+              // clients from timing out, and finds a client that went away while it waited.
+              if (++*idle_polls % 50 == 0 && !write(": waiting\n\n")) return false;
               if (sink.is_writable && !sink.is_writable()) {
                 handle->cancel();
                 return false;
               }
               return true;
             }
+            *idle_polls = 0;
             if (ev.kind == StreamEvent::Kind::text) {
               return write(chunk(chat ? json{{"content", ev.text}} : json(ev.text), nullptr));
             }

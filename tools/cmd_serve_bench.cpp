@@ -285,11 +285,15 @@ int run_bench(const BenchArgs& a) {
     std::optional<ServerProcess> server;
     std::string url = a.url;
     if (url.empty()) {
-      const KVConfigSpec spec = parse_kv_config(name);
       std::vector<std::string> args = {"serve", "--port", "0", "--model", a.model, "--weights", a.weights,
-                                       "--cache", format_cache_config(spec.config), "--kv-budget", a.kv_budget,
+                                       "--kv-budget", a.kv_budget,
                                        "--parallel", std::to_string(a.parallel), "--max-queue", "256",
                                        "--no-prefix-cache", "--threads", std::to_string(a.threads)};
+      // "default": the server's own default cache; anything else an eval configuration name.
+      if (name != "default") {
+        args.push_back("--cache");
+        args.push_back(format_cache_config(parse_kv_config(name).config));
+      }
       for (const auto& e : split(a.extra, ' ')) args.push_back(e);
       if (!a.json_out) std::fprintf(stderr, "serve-bench: starting %s with %s\n", a.model.c_str(), name.c_str());
       server.emplace(args);
@@ -342,7 +346,8 @@ const CommandRegistration registration{"serve-bench", [](CLI::App& app) {
   app.add_option("--url", a->url, "a running server (default: start one per --kv configuration)");
   app.add_option("--model", a->model, "model for the servers it starts (a file, or synthetic:SHAPE)")->capture_default_str();
   app.add_option("--weights", a->weights, "weight type of a synthetic model")->capture_default_str();
-  app.add_option("--kv", a->kv, "comma-separated cache configurations (dense16, tq4, tq4s1w32, ...)")->capture_default_str();
+  app.add_option("--kv", a->kv, "comma-separated cache configurations (dense16, tq4, tq4s1w32-x16, ...; default: the server's)")
+      ->capture_default_str();
   app.add_option("--kv-budget", a->kv_budget, "KV budget of the servers it starts")->capture_default_str();
   app.add_option("--concurrency", a->concurrency, "comma-separated client counts")->capture_default_str();
   app.add_option("--requests", a->requests, "requests per level (0: twice the clients)")->capture_default_str();

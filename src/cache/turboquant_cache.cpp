@@ -324,12 +324,14 @@ void TurboQuantKVCache::push_window(const float* keys, const float* values, size
   const size_t d = head_dim_;
   const size_t needed = window_size_ + count;  // <= options.window
   if (window_start_ + needed > window_capacity_) {
-    // Compact in place when half the buffer suffices (amortized O(1): at least capacity/2
-    // tokens pass between compactions), otherwise grow (at most 2 * window slots).
+    // Compact in place when half the buffer suffices, otherwise grow, to at most `window`
+    // slots: the window costs exactly what it holds once full (a server counts every byte), at
+    // the price of moving its rows down on each append after that (window rows per append,
+    // small next to encoding the token that leaves it).
     const size_t new_capacity =
         needed <= window_capacity_ / 2
             ? window_capacity_
-            : std::min(std::max<size_t>(2 * needed, 16), 2 * options_.window);
+            : std::min(std::max<size_t>(2 * needed, 16), options_.window);
     auto relayout = [&](auto& buf) {
       using Buffer = std::remove_reference_t<decltype(buf)>;
       Buffer fresh;
