@@ -30,8 +30,10 @@ struct RowKernels {
 RowKernels scalar_kernels(GgmlType type);
 
 // One Q8_0 weight row against four Q8_0 activation rows (matmul_rowwise_avx2.cpp): out[t] is
-// bit for bit the AVX2 dot_q8 kernel's result for xq[t]. AVX2 machines only.
-void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, int64_t cols, float* out);
+// bit for bit the AVX2 dot_q8 kernel's result for xq[t]; xscale[t][b] is block b's fp16 scale of
+// xq[t] as float. AVX2 machines only.
+void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const float* const* xscale, int64_t cols,
+                    float* out);
 // Returns false if this CPU (or build) has no AVX2/FMA/F16C.
 bool avx2_available();
 RowKernels avx2_kernels(GgmlType type);
