@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libeigen3-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev                 # XXH3 checksums of saved caches
   clang-14 libclang-rt-14-dev   # libFuzzer and sanitizer builds
   gnuplot-nox                   # docs/ plots
   bible-kjv fortunes            # evaluation texts (see README)

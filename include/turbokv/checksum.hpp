@@ -1,0 +1,32 @@
+// Checksums of stored bytes: XXH3-64 (xxHash 0.8, seed 0) from the system's libxxhash.
+//
+// Saved prompt caches carry one per tensor and one per metadata key (docs/formats.md); a later
+// tier that stores serialized blocks elsewhere (e.g. Redis) can checksum them with the same
+// function. XXH3 is not cryptographic: it detects damage (bit flips, truncation, edits), not a
+// deliberate forgery.
+//
+// Thread-safety: every function is pure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace turbokv {
+
+// XXH3-64 of the bytes.
+uint64_t checksum64(std::span<const uint8_t> bytes);
+uint64_t checksum64(std::string_view bytes);
+
+// Checksum of a (key, value) pair, unambiguous for any strings: the key's length goes in first,
+// so ("ab", "c") and ("a", "bc") differ.
+uint64_t checksum64_pair(std::string_view key, std::string_view value);
+
+// 16 lowercase hex digits, most significant first, and back (nullopt unless exactly that form).
+std::string checksum_hex(uint64_t checksum);
+std::optional<uint64_t> parse_checksum_hex(std::string_view text);
+
+}  // namespace turbokv

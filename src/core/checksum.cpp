@@ -1,0 +1,43 @@
+#include "turbokv/checksum.hpp"
+
+#include <xxhash.h>
+
+namespace turbokv {
+
+uint64_t checksum64(std::span<const uint8_t> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+uint64_t checksum64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+uint64_t checksum64_pair(std::string_view key, std::string_view value) {
+  // Little-endian 8-byte key length, key, value: a fixed, platform-independent encoding.
+  std::string buffer(8, '\0');
+  const uint64_t n = key.size();
+  for (int i = 0; i < 8; ++i) buffer[i] = static_cast<char>(n >> (8 * i));
+  buffer.append(key);
+  buffer.append(value);
+  return XXH3_64bits(buffer.data(), buffer.size());
+}
+
+std::string checksum_hex(uint64_t checksum) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, checksum >>= 4) out[i] = digits[checksum & 15];
+  return out;
+}
+
+std::optional<uint64_t> parse_checksum_hex(std::string_view text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t value = 0;
+  for (const char c : text) {
+    int digit = 0;
+    if (c >= '0' && c <= '9') digit = c - '0';
+    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+    else return std::nullopt;
+    value = (value << 4) | static_cast<uint64_t>(digit);
+  }
+  return value;
+}
+
+}  // namespace turbokv
