@@ -4,6 +4,7 @@
 // still load, with a warning on stderr; the checksum function itself is XXH3-64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,14 @@ TEST(Checksum, IsXxh3AndHexRoundTrips) {
   EXPECT_EQ(parse_checksum_hex("0123456789abcdef"), 0x0123456789abcdefULL);
   EXPECT_FALSE(parse_checksum_hex("0123456789ABCDEF").has_value());
   EXPECT_FALSE(parse_checksum_hex("0123456789abcde").has_value());
+  // Streaming in uneven pieces (as the reader hashes a tensor) gives the one-shot value.
+  std::vector<uint8_t> bytes(1 << 20);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  ChecksumStream stream;
+  for (size_t at = 0, piece = 1; at < bytes.size(); at += piece, piece = piece * 3 + 7) {
+    stream.update(std::span<const uint8_t>(bytes).subspan(at, std::min(piece, bytes.size() - at)));
+  }
+  EXPECT_EQ(stream.digest(), checksum64(bytes));
 }
 
 TEST(CacheChecksums, SavedFileIsVersion2WithEveryChecksum) {

@@ -25,6 +25,23 @@ uint64_t checksum64(std::string_view bytes);
 // so ("ab", "c") and ("a", "bc") differ.
 uint64_t checksum64_pair(std::string_view key, std::string_view value);
 
+// The same XXH3-64 over bytes given in pieces: digest() equals checksum64() of their
+// concatenation. Lets a reader hash each piece right after reading it, while it is in cache.
+// Not copyable; one per thread.
+class ChecksumStream {
+ public:
+  ChecksumStream();
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+
+  void update(std::span<const uint8_t> bytes);
+  uint64_t digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t, kept out of this header
+};
+
 // 16 lowercase hex digits, most significant first, and back (nullopt unless exactly that form).
 std::string checksum_hex(uint64_t checksum);
 std::optional<uint64_t> parse_checksum_hex(std::string_view text);

@@ -188,10 +188,9 @@ PromptCache load_from_reader(const safetensors::Reader& reader) {
     CacheState state;
     state.metadata = layout.layer_metadata[i];
     for (const LayerTensor& t : layout.layer_tensors[i]) {
-      state.tensors.push_back(reader.read(*t.info, t.name));
+      uint64_t actual = 0;
+      state.tensors.push_back(reader.read(*t.info, t.name, t.checksum ? &actual : nullptr));
       if (t.checksum) {
-        // Hashed right after the read, while the bytes are still in cache.
-        const uint64_t actual = checksum64(state.tensors.back().data);
         TURBOKV_CHECK(actual == *t.checksum, "'{}': tensor '{}' fails its checksum (stored {}, "
                       "computed {}): the file is damaged", reader.source_name(), t.info->name,
                       checksum_hex(*t.checksum), checksum_hex(actual));

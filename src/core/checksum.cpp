@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <new>
+
 namespace turbokv {
 
 uint64_t checksum64(std::span<const uint8_t> bytes) {
@@ -19,6 +21,19 @@ uint64_t checksum64_pair(std::string_view key, std::string_view value) {
   buffer.append(value);
   return XXH3_64bits(buffer.data(), buffer.size());
 }
+
+ChecksumStream::ChecksumStream() : state_(XXH3_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+ChecksumStream::~ChecksumStream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void ChecksumStream::update(std::span<const uint8_t> bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
+}
+
+uint64_t ChecksumStream::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
 
 std::string checksum_hex(uint64_t checksum) {
   static const char* digits = "0123456789abcdef";
