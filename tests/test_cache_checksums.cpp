@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/safetensors.hpp"
+#include "core/checksum_impl.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/checksum.hpp"
 #include "turbokv/error.hpp"
@@ -119,6 +120,13 @@ TEST(Checksum, IsXxh3AndHexRoundTrips) {
     stream.update(std::span<const uint8_t>(bytes).subspan(at, std::min(piece, bytes.size() - at)));
   }
   EXPECT_EQ(stream.digest(), checksum64(bytes));
+  // The AVX2 build (used when the CPU has it) equals the library's at every length class XXH3
+  // treats differently (0-16, 17-128, 129-240, one stripe block, several, with a partial end).
+  if (!detail::checksum_uses_avx2()) GTEST_SKIP() << "no AVX2: only the library build runs here";
+  for (size_t n : {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1023, 1024, 1025, 65536, 100003, 1 << 20}) {
+    const std::span<const uint8_t> piece(bytes.data(), n);
+    EXPECT_EQ(checksum64(piece), detail::checksum64_library(piece)) << n;
+  }
 }
 
 TEST(CacheChecksums, SavedFileIsVersion2WithEveryChecksum) {

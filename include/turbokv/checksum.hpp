@@ -17,7 +17,7 @@
 
 namespace turbokv {
 
-// XXH3-64 of the bytes.
+// XXH3-64 of the bytes (with AVX2 code when the CPU has it: src/core/checksum_avx2.cpp).
 uint64_t checksum64(std::span<const uint8_t> bytes);
 uint64_t checksum64(std::string_view bytes);
 
@@ -39,7 +39,8 @@ class ChecksumStream {
   uint64_t digest() const;
 
  private:
-  void* state_;  // XXH3_state_t, kept out of this header
+  bool avx2_;     // which XXH3 build owns state_ (src/core/checksum_impl.hpp)
+  void* state_;  // its XXH3_state_t, kept out of this header
 };
 
 // 16 lowercase hex digits, most significant first, and back (nullopt unless exactly that form).

@@ -4,13 +4,39 @@
 
 #include <new>
 
+#include "core/checksum_impl.hpp"
+#include "turbokv/cpu_features.hpp"
+
 namespace turbokv {
 
-uint64_t checksum64(std::span<const uint8_t> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
+namespace detail {
+
+uint64_t checksum64_library(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+bool checksum_uses_avx2() {
+#if TURBOKV_CHECKSUM_AVX2
+  return cpu_has_avx2_fma_f16c();  // AVX2 and the OS saving YMM state; FMA/F16C come with it
+#else
+  return false;
+#endif
 }
 
-uint64_t checksum64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+}  // namespace detail
+
+namespace {
+
+uint64_t hash(const void* data, size_t size) {
+#if TURBOKV_CHECKSUM_AVX2
+  if (detail::checksum_uses_avx2()) return detail::xxh3_avx2(data, size);
+#endif
+  return XXH3_64bits(data, size);
+}
+
+}  // namespace
+
+uint64_t checksum64(std::span<const uint8_t> bytes) { return hash(bytes.data(), bytes.size()); }
+
+uint64_t checksum64(std::string_view bytes) { return hash(bytes.data(), bytes.size()); }
 
 uint64_t checksum64_pair(std::string_view key, std::string_view value) {
   // Little-endian 8-byte key length, key, value: a fixed, platform-independent encoding.
@@ -19,21 +45,48 @@ uint64_t checksum64_pair(std::string_view key, std::string_view value) {
   for (int i = 0; i < 8; ++i) buffer[i] = static_cast<char>(n >> (8 * i));
   buffer.append(key);
   buffer.append(value);
-  return XXH3_64bits(buffer.data(), buffer.size());
+  return hash(buffer.data(), buffer.size());
 }
 
-ChecksumStream::ChecksumStream() : state_(XXH3_createState()) {
+ChecksumStream::ChecksumStream() : avx2_(detail::checksum_uses_avx2()) {
+#if TURBOKV_CHECKSUM_AVX2
+  if (avx2_) {
+    state_ = detail::xxh3_avx2_create();
+    if (state_ == nullptr) throw std::bad_alloc();
+    return;
+  }
+#endif
+  state_ = XXH3_createState();
   if (state_ == nullptr) throw std::bad_alloc();
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
 }
 
-ChecksumStream::~ChecksumStream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+ChecksumStream::~ChecksumStream() {
+#if TURBOKV_CHECKSUM_AVX2
+  if (avx2_) {
+    detail::xxh3_avx2_free(state_);
+    return;
+  }
+#endif
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
 
 void ChecksumStream::update(std::span<const uint8_t> bytes) {
+#if TURBOKV_CHECKSUM_AVX2
+  if (avx2_) {
+    detail::xxh3_avx2_update(state_, bytes.data(), bytes.size());
+    return;
+  }
+#endif
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
 }
 
-uint64_t ChecksumStream::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+uint64_t ChecksumStream::digest() const {
+#if TURBOKV_CHECKSUM_AVX2
+  if (avx2_) return detail::xxh3_avx2_digest(state_);
+#endif
+  return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_));
+}
 
 std::string checksum_hex(uint64_t checksum) {
   static const char* digits = "0123456789abcdef";
