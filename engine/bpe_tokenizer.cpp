@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine/gguf.hpp"
+#include "engine/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {
@@ -164,6 +165,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf(const GgufFile& gguf) {
+  check_gguf_vocabulary(gguf);
   BpeVocab v;
   v.tokens = gguf.get_string_array("tokenizer.ggml.tokens");
   v.merges = gguf.get_string_array("tokenizer.ggml.merges");

@@ -2,6 +2,7 @@
 // are decoded on demand from the mapping, whose bounds that pass already checked.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string_view>
@@ -109,6 +110,47 @@ T load(const uint8_t* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
+}
+
+uint64_t align_up(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+
+// The tensors must tile the data section the way GGUF writers lay it out (llama.cpp's
+// gguf_write and GgufWriter): in offset order, each starts where the previous one ends rounded
+// up to the alignment, the first at 0, and the file ends inside the last one's padding. So an
+// offset moved onto another tensor's bytes (an overlap), or a type or shape edited to one of
+// another size (a gap, an overlap or trailing bytes), is refused instead of reading the wrong
+// bytes. An edit that keeps every padded size (F16 <-> BF16, or a size change smaller than the
+// alignment padding) cannot be seen in the layout; nothing in GGUF checksums the data.
+void check_tiling(const std::vector<GgufFile::TensorInfo>& tensors, uint32_t alignment, size_t data_bytes,
+                  const Cursor& in) {
+  if (tensors.empty()) return;
+  std::vector<const GgufFile::TensorInfo*> order;
+  order.reserve(tensors.size());
+  for (const auto& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  uint64_t expected = 0;  // where the next tensor must start
+  const GgufFile::TensorInfo* prev = nullptr;
+  for (const auto* t : order) {
+    if (t->offset < expected) {
+      in.fail("tensor '{}' data [{}, {}) overlaps tensor '{}' [{}, {})", t->name, t->offset, t->offset + t->nbytes,
+              prev->name, prev->offset, prev->offset + prev->nbytes);
+    }
+    if (t->offset > expected) {
+      if (prev == nullptr) {
+        in.fail("tensor '{}' is the first in the data section but starts at offset {}, not 0", t->name, t->offset);
+      }
+      in.fail("tensor '{}' starts at {} but tensor '{}' ends at {} ({} with alignment padding): {} unused bytes "
+              "between them (a wrong offset, type or shape)", t->name, t->offset, prev->name,
+              prev->offset + prev->nbytes, expected, t->offset - expected);
+    }
+    expected = align_up(t->offset + t->nbytes, alignment);
+    prev = t;
+  }
+  const uint64_t end = prev->offset + prev->nbytes;
+  if (data_bytes > expected) {
+    in.fail("{} bytes follow the last tensor '{}' (ends at {} of a {}-byte data section): a wrong offset, type "
+            "or shape, or trailing data", data_bytes - end, prev->name, end, data_bytes);
+  }
 }
 
 }  // namespace
@@ -260,6 +302,7 @@ GgufFile GgufFile::open(const std::string& path) {
     }
     t.data = f.file_.data() + f.data_offset_ + t.offset;
   }
+  check_tiling(f.tensors_, f.alignment_, data_bytes, in);
   return f;
 }
 

@@ -2,57 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
-#include <nlohmann/json.hpp>
-
+#include "engine/session_metadata.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {
 
 namespace {
 
-// User metadata keys of a saved session.
-constexpr const char* kTokensKey = "engine.tokens";            // JSON array of ids
-constexpr const char* kShapeKey = "engine.model_shape";        // n_layers,kv_heads,head_dim,vocab
-constexpr const char* kLogitsKey = "engine.last_logits_f32_hex";  // little-endian float32, hex
-
-std::string model_shape(const ModelConfig& c) {
-  return fmt::format("{},{},{},{}", c.n_layers, c.n_kv_heads, c.head_dim, c.vocab_size);
-}
-
-std::string to_hex(std::span<const float> values) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(values.size() * 8);
-  for (const float v : values) {
-    uint8_t b[4];
-    std::memcpy(b, &v, 4);
-    for (const uint8_t byte : b) {
-      out.push_back(digits[byte >> 4]);
-      out.push_back(digits[byte & 15]);
-    }
-  }
-  return out;
-}
-
-std::vector<float> from_hex(const std::string& text, size_t count, const std::string& path) {
-  if (text.size() != count * 8) {
-    throw Error(fmt::format("prompt cache '{}': {} has {} characters, expected {}", path, kLogitsKey, text.size(),
-                            count * 8));
-  }
-  auto nibble = [&](char c) -> uint8_t {
-    if (c >= '0' && c <= '9') return static_cast<uint8_t>(c - '0');
-    if (c >= 'a' && c <= 'f') return static_cast<uint8_t>(c - 'a' + 10);
-    throw Error(fmt::format("prompt cache '{}': {} is not lowercase hex", path, kLogitsKey));
-  };
-  std::vector<float> values(count);
-  for (size_t i = 0; i < count; ++i) {
-    uint8_t b[4];
-    for (size_t j = 0; j < 4; ++j) b[j] = static_cast<uint8_t>(nibble(text[8 * i + 2 * j]) << 4 | nibble(text[8 * i + 2 * j + 1]));
-    std::memcpy(&values[i], b, 4);
-  }
-  return values;
-}
+SessionShape model_shape(const ModelConfig& c) { return {c.n_layers, c.n_kv_heads, c.head_dim, c.vocab_size}; }
 
 }  // namespace
 
@@ -115,38 +72,21 @@ std::vector<int> Session::generate(int max_new_tokens, Sampler& sampler, const s
 }
 
 void Session::save(const std::string& path) {
-  cache_.metadata()[kTokensKey] = nlohmann::json(tokens_).dump();
-  cache_.metadata()[kShapeKey] = model_shape(model_.config);
-  cache_.metadata()[kLogitsKey] = to_hex(last_logits_);
+  set_session_metadata(cache_, model_shape(model_.config), tokens_, last_logits_);
   save_prompt_cache(path, cache_);
 }
 
 Session Session::load(const Model& model, const std::string& path, ThreadPool& pool, int max_chunk) {
   PromptCache cache = load_prompt_cache(path);
-  const auto& meta = cache.metadata();
-  auto get = [&](const char* key) -> const std::string& {
-    const auto it = meta.find(key);
-    if (it == meta.end()) throw Error(fmt::format("prompt cache '{}' was not saved by a session: no {}", path, key));
-    return it->second;
-  };
-  if (get(kShapeKey) != model_shape(model.config)) {
+  // The same checks `turbokv cache-info` makes, then the ones that need the model.
+  SessionMetadata meta = parse_session_metadata(cache, path);
+  if (meta.shape != model_shape(model.config)) {
     throw Error(fmt::format("prompt cache '{}' is for a model of shape {} (layers,kv_heads,head_dim,vocab), this "
-                            "model is {}", path, get(kShapeKey), model_shape(model.config)));
+                            "model is {}", path, format_session_shape(meta.shape),
+                            format_session_shape(model_shape(model.config))));
   }
-  std::vector<int> tokens;
-  try {
-    tokens = nlohmann::json::parse(get(kTokensKey)).get<std::vector<int>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("prompt cache '{}': {} is not a list of token ids ({})", path, kTokensKey, e.what()));
-  }
-  if (tokens.size() != cache.size()) {
-    throw Error(fmt::format("prompt cache '{}' lists {} tokens but holds {}", path, tokens.size(), cache.size()));
-  }
-  for (const int t : tokens) {
-    if (t < 0 || t >= model.config.vocab_size) throw Error(fmt::format("prompt cache '{}': token id {} out of range", path, t));
-  }
-  std::vector<float> logits;
-  if (!tokens.empty()) logits = from_hex(get(kLogitsKey), static_cast<size_t>(model.config.vocab_size), path);
+  std::vector<int> tokens = std::move(meta.tokens);
+  std::vector<float> logits = std::move(meta.last_logits);
 
   Session session(model, std::move(cache), pool, max_chunk, Resume{});
   session.tokens_ = std::move(tokens);

@@ -39,10 +39,11 @@ std::string spaces_from_sentencepiece(const std::string& piece) {
 
 std::unique_ptr<Tokenizer> load_tokenizer_from_gguf(const GgufFile& gguf) {
   const std::string kind = gguf.get_string("tokenizer.ggml.model");
-  if (kind == "gpt2") return BpeTokenizer::from_gguf(gguf);
+  if (kind == "gpt2") return BpeTokenizer::from_gguf(gguf);  // checks the vocabulary itself
   if (kind != "llama") {
     throw Error(fmt::format("GGUF '{}': tokenizer.ggml.model '{}' is not supported (llama, gpt2)", gguf.path(), kind));
   }
+  check_gguf_vocabulary(gguf);
   auto pieces = gguf.get_string_array("tokenizer.ggml.tokens");
   for (auto& p : pieces) p = spaces_from_sentencepiece(p);
   std::vector<float> scores = gguf.has("tokenizer.ggml.scores") ? gguf.get_float_array("tokenizer.ggml.scores")

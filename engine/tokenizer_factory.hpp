@@ -11,6 +11,13 @@ namespace turbokv::engine {
 
 class GgufFile;
 
+// Checks the vocabulary fields of a GGUF file (engine/gguf_vocab_check.cpp): tokenizer.ggml.tokens
+// a non-empty string array; every tokenizer.ggml.*_token_id inside it (or -1, none); scores, if
+// present, one finite float per token; token types, if present, one per token, each 0..6.
+// Throws turbokv::Error naming the field. load_tokenizer_from_gguf and BpeTokenizer::from_gguf
+// call it first.
+void check_gguf_vocabulary(const GgufFile& gguf);
+
 // The tokenizer a GGUF file's metadata describes: tokenizer.ggml.model "llama" ->
 // SentencePieceTokenizer (U+2581 in pieces read as a space), "gpt2" -> BpeTokenizer.
 // Throws turbokv::Error if the metadata is missing or names another model.

@@ -30,8 +30,10 @@
 #endif
 #ifdef TURBOKV_HAVE_ENGINE
 #include "engine/model.hpp"
+#include "engine/session_metadata.hpp"
 #include "engine/tokenizer.hpp"
 #endif
+#include "cache_roundtrip_input.hpp"
 #if __has_include("turbokv/codec.hpp")
 #include "turbokv/codec.hpp"
 #include "codec_input.hpp"
@@ -145,7 +147,7 @@ void cache_seeds() {
     put_truncations(t, "dense", valid);
     put_flips(t, "dense", valid, 4);
     put(t, "broken_dense_newer_version.bin",
-        replace_in_header(valid, "\"format_version\":\"1\"", "\"format_version\":\"2\""));
+        replace_in_header(valid, "\"format_version\":\"2\"", "\"format_version\":\"3\""));
     put(t, "broken_dense_more_layers.bin", replace_in_header(valid, "\"n_layers\":\"2\"", "\"n_layers\":\"3\""));
     put(t, "broken_dense_bad_dtype.bin", replace_in_header(valid, "\"F16\"", "\"F64\""));
     put(t, "broken_dense_bad_class.bin", replace_in_header(valid, "\"dense\"", "\"dunce\""));
@@ -160,6 +162,17 @@ void cache_seeds() {
     fill(*c, 3);
     pc.add_layer(std::move(c));
     put(t, "valid_dense_f32.bin", turbokv::serialize_prompt_cache(pc));
+    // Engine metadata a session would refuse, checksummed as a writer bug would leave it.
+    const std::pair<const char*, const char*> engine_garbage[] = {
+        {"engine.tokens", "x"}, {"engine.tokens", "[1,NaN,2]"}, {"engine.model_shape", "1,1,8"}};
+    for (const auto& [key, value] : engine_garbage) {
+      turbokv::PromptCache bad = turbokv::parse_prompt_cache(turbokv::serialize_prompt_cache(pc));
+      bad.metadata() = {{"engine.tokens", "[1,2,3]"}, {"engine.model_shape", "1,1,8,4"},
+                        {"engine.last_logits_f32_hex", "0000803f0000803f0000803f0000803f"}};
+      bad.metadata()[key] = value;
+      put(t, fmt::format("broken_engine_{}.bin", std::string(key).substr(7) + (value[0] == '[' ? "_nan" : "")),
+          turbokv::serialize_prompt_cache(bad));
+    }
     put(t, "valid_empty_layers.bin", turbokv::serialize_prompt_cache(turbokv::PromptCache{}));
   }
 #ifdef SEEDS_HAVE_BASELINES
@@ -214,6 +227,24 @@ void cache_seeds() {
     put(t, "broken_" + stem + "_trunc_data.bin", Bytes(valid.begin(), valid.end() - 3));
   }
 #endif
+}
+
+// fuzz_cache_roundtrip: each original undamaged, and each with a few flips (header and data).
+void cache_roundtrip_seeds() {
+  const std::string t = "cache_roundtrip";
+  for (size_t i = 0; i < turbokv::fuzz::kCacheOriginals; ++i) {
+    put(t, fmt::format("original_{}.bin", i), Bytes{static_cast<uint8_t>(i)});
+    for (int k = 0; k < 3; ++k) {
+      Bytes b{static_cast<uint8_t>(i)};
+      for (int f = 0; f <= k; ++f) {
+        // Positions below 4096 land in the header or the first tensors of every original.
+        const uint32_t pos = std::uniform_int_distribution<uint32_t>(0, 4095)(g_rng);
+        b.insert(b.end(), {static_cast<uint8_t>(pos), static_cast<uint8_t>(pos >> 8), 0,
+                           static_cast<uint8_t>(1u << (f % 8))});
+      }
+      put(t, fmt::format("damaged_{}_{}.bin", i, k), b);
+    }
+  }
 }
 
 // ---- llama2.c checkpoints and tokenizer.bin -------------------------------------------------
@@ -341,8 +372,12 @@ bool rejected(const std::string& target, const Bytes& bytes) {
   }
   try {
     if (target == "cache") {
-      (void)turbokv::parse_prompt_cache(bytes);
+      const turbokv::PromptCache pc = turbokv::parse_prompt_cache(bytes);
       (void)turbokv::read_prompt_cache_info(tmp.string());
+#ifdef TURBOKV_HAVE_ENGINE
+      // What cache-info checks beyond a load.
+      if (turbokv::engine::has_session_metadata(pc)) (void)turbokv::engine::parse_session_metadata(pc, "seed");
+#endif
 #ifdef TURBOKV_HAVE_ENGINE
     } else if (target == "llama2c") {
       (void)turbokv::engine::load_llama2c(tmp.string());
@@ -384,5 +419,6 @@ int main(int argc, char** argv) {
 #ifdef SEEDS_HAVE_GGUF
   gguf_seeds();
 #endif
+  cache_roundtrip_seeds();  // last: the seeds above keep the random draws they had before
   return 0;
 }

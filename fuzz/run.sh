@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for a bounded time:  fuzz/run.sh NAME SECONDS [extra libFuzzer args]
-#   NAME: cache | codec | gguf | llama2c | tokenizer_bin | bpe  (fuzz/fuzz_NAME.cpp)
+#   NAME: cache | cache_roundtrip | codec | gguf | llama2c | tokenizer_bin | bpe
+#         (fuzz/fuzz_NAME.cpp)
 # Configures and builds build-fuzz (clang-14, ASan+UBSan, libFuzzer) if needed, then fuzzes from
 # the committed seeds fuzz/corpus/NAME plus a scratch corpus build-fuzz/corpus/NAME (new inputs
 # go there, never into the repository). Crash reproducers land in build-fuzz/artifacts/NAME/.
@@ -16,6 +17,7 @@ build=${TURBOKV_FUZZ_BUILD:-build-fuzz}
 
 case "$name" in
   cache) max_len=65536 ;;
+  cache_roundtrip) max_len=1024 ;;  # an original's index and up to 255 byte flips
   codec) max_len=4096 ;;
   gguf | bpe) max_len=65536 ;;
   llama2c) max_len=32768 ;;

@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev            # turbokv serve (HTTP/1.1)
+  libxxhash-dev                 # XXH3 checksums of saved caches
   clang-14 libclang-rt-14-dev   # libFuzzer and sanitizer builds
   gnuplot-nox                   # docs/ plots
   bible-kjv fortunes            # evaluation texts (see README)

@@ -2,7 +2,8 @@
 // broken_* file makes `turbokv cache-info FILE` / `turbokv generate --model FILE` exit with
 // status 1 and print exactly one line, "turbokv: error: ...", on stderr; no file kills the tool
 // with a signal or a sanitizer report (sanitizer exit codes are set apart from 1 below), and no
-// run hangs (each is killed after kTimeout).
+// run hangs (each is killed after kTimeout). Also: cache-info refuses the engine metadata
+// `generate --load-cache` refuses.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -16,9 +17,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "turbokv/cache_io.hpp"
+#include "turbokv/dense_cache.hpp"
 
 namespace {
 
@@ -148,6 +154,55 @@ TEST_F(BrokenFilesCli, CacheInfoOnEveryCacheFile) {
   EXPECT_GT(broken, 10);
   expect_clean_rejection(run_tool({tool_path(), "cache-info", "/nonexistent/x.safetensors"}), "missing file");
   expect_clean_rejection(run_tool({tool_path(), "cache-info", corpus_dir().string()}), "a folder");
+}
+
+// Engine metadata that `generate --load-cache` refuses, in a file whose checksums are all
+// right (a writer's bug, not damage): cache-info must refuse it too, naming the key (issue 17).
+TEST_F(BrokenFilesCli, CacheInfoRefusesGarbageEngineMetadata) {
+  if (!has_command("cache-info")) GTEST_SKIP() << "no cache-info subcommand in this build";
+  std::string logits;
+  for (int i = 0; i < 16; ++i) logits += "0000803f";  // 1.0f, little-endian
+  const std::map<std::string, std::string> good = {
+      {"engine.tokens", "[1,2,3]"}, {"engine.model_shape", "1,2,8,16"}, {"engine.last_logits_f32_hex", logits}};
+  const auto save = [](const std::map<std::string, std::string>& meta) {
+    turbokv::PromptCache pc;
+    auto layer = std::make_unique<turbokv::DenseKVCache>(2, 8, turbokv::DenseDtype::f16);
+    const std::vector<float> k(2 * 3 * 8, 0.5f), v(2 * 3 * 8, -0.25f);
+    layer->append(k, v, 3);
+    pc.add_layer(std::move(layer));
+    pc.metadata() = meta;
+    const fs::path path = fs::temp_directory_path() / ("turbokv-cli-engine-" + std::to_string(::getpid()) + ".st");
+    turbokv::save_prompt_cache(path.string(), pc);
+    return path;
+  };
+  const fs::path ok = save(good);
+  const RunResult r = run_tool({tool_path(), "cache-info", ok.string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  struct Case {
+    std::string key, value, expected;
+  };
+  const std::vector<Case> cases = {
+      {"engine.tokens", "x", "engine.tokens is not a JSON list"},
+      {"engine.tokens", "[1,NaN]", "engine.tokens is not a JSON list"},
+      {"engine.tokens", "[1,2]", "engine.tokens lists 2 tokens but the cache holds 3"},
+      {"engine.tokens", "[1,2,16]", "engine.tokens[2] = 16 is not a token id in [0, 16)"},
+      {"engine.model_shape", "1,2,8", "engine.model_shape '1,2,8' is not four positive integers"},
+      {"engine.model_shape", "1,2,8,x", "is not four positive integers"},
+      {"engine.model_shape", "2,2,8,16", "engine.model_shape says 2 layers but the cache has 1"},
+      {"engine.model_shape", "1,4,8,16", "engine.model_shape says 4 kv heads x 8 but layer 0 is 2 x 8"},
+      {"engine.last_logits_f32_hex", "00", "engine.last_logits_f32_hex has 2 characters, expected 128"},
+      {"engine.last_logits_f32_hex", "0000c07f" + logits.substr(8), "logit 0 is nan"},
+      {"engine.surprise", "1", "unknown engine metadata key 'engine.surprise'"},
+  };
+  for (const Case& c : cases) {
+    auto meta = good;
+    meta[c.key] = c.value;
+    const fs::path path = save(meta);
+    const RunResult bad = run_tool({tool_path(), "cache-info", path.string()});
+    expect_clean_rejection(bad, c.key + "=" + c.value);
+    EXPECT_NE(bad.err.find(c.expected), std::string::npos) << c.key << "=" << c.value << ": " << bad.err;
+  }
+  fs::remove(ok);
 }
 
 TEST_F(BrokenFilesCli, GenerateOnEveryModelFile) {

@@ -17,6 +17,7 @@
 
 #include "cache/safetensors.hpp"
 #include "turbokv/cache_io.hpp"
+#include "turbokv/checksum.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 
@@ -211,7 +212,44 @@ std::vector<uint8_t> with_header(const ValidFile& f, const std::string& header_t
   return out;
 }
 
+// Recomputes every checksum of an edited header (over the unchanged data buffer), so a case
+// reaches the check behind the checksums: a writer bug or a deliberate edit that kept the
+// checksums consistent must still be refused by that check.
+void reseal(const ValidFile& f, nlohmann::json& h) {
+  if (!h.is_object() || !h.contains("__metadata__") || !h["__metadata__"].is_object()) return;
+  nlohmann::json& meta = h["__metadata__"];
+  nlohmann::json fresh = nlohmann::json::object();
+  for (const auto& [k, v] : meta.items()) {
+    if (k.rfind("checksum.", 0) == 0 || !v.is_string()) {
+      if (k.rfind("checksum.", 0) != 0) fresh[k] = v;
+      continue;
+    }
+    fresh[k] = v;
+    fresh["checksum.meta." + k] = checksum_hex(checksum64_pair(k, v.get<std::string>()));
+  }
+  const size_t data_start = 8 + f.header_len, data_len = f.bytes.size() - data_start;
+  for (const auto& [name, t] : h.items()) {
+    if (name == "__metadata__" || !t.is_object() || !t.contains("data_offsets")) continue;
+    const auto& o = t["data_offsets"];
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned()) continue;
+    const uint64_t b = o[0].get<uint64_t>(), e = o[1].get<uint64_t>();
+    if (b > e || e > data_len) continue;
+    fresh["checksum.tensor." + name] = checksum_hex(
+        checksum64(std::span<const uint8_t>(f.bytes.data() + data_start + b, e - b)));
+  }
+  meta = std::move(fresh);
+}
+
 std::vector<uint8_t> with_json(const ValidFile& f, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json h = f.header;
+  edit(h);
+  reseal(f, h);
+  return with_header(f, h.dump());
+}
+
+// The same edit with the checksums left as they were: what damage looks like.
+std::vector<uint8_t> with_json_unsealed(const ValidFile& f,
+                                        const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json h = f.header;
   edit(h);
   return with_header(f, h.dump());
@@ -270,8 +308,47 @@ std::vector<BrokenCase> broken_corpus() {
                  return with_json(f, [](nlohmann::json& h) { h["__metadata__"].erase("format"); });
                }, "not a turbokv prompt cache"});
   c.push_back({"newer_version", [](const ValidFile& f) {
-                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["format_version"] = "2"; });
-               }, "format version 2 is newer"});
+                 return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["format_version"] = "3"; });
+               }, "format version 3 is newer"});
+  // Damage the checksums catch (nothing resealed).
+  c.push_back({"flipped_data_byte", [](const ValidFile& f) {
+                 auto b = f.bytes;
+                 b[8 + f.header_len + 5] ^= 0x10;
+                 return b;
+               }, "fails its checksum"});
+  c.push_back({"edited_layer_metadata", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) {
+                   h["__metadata__"]["layers.0.page_tokens"] = "8";
+                 });
+               }, "metadata key 'layers.0.page_tokens' fails its checksum"});
+  c.push_back({"edited_user_metadata", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) { h["__metadata__"]["user.model"] = "y"; });
+               }, "metadata key 'user.model' fails its checksum"});
+  c.push_back({"added_user_metadata", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) { h["__metadata__"]["user.extra"] = "1"; });
+               }, "metadata key 'user.extra' has no checksum"});
+  c.push_back({"removed_user_metadata", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) { h["__metadata__"].erase("user.model"); });
+               }, "checksum of key 'user.model', which the file does not hold"});
+  c.push_back({"malformed_checksum", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) {
+                   h["__metadata__"]["checksum.meta.user.model"] = "xyz";
+                 });
+               }, "is not a checksum"});
+  c.push_back({"missing_tensor_checksum", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) {
+                   h["__metadata__"].erase("checksum.tensor.layers.1.values");
+                 });
+               }, "tensor 'layers.1.values' has no checksum"});
+  c.push_back({"unknown_checksum_kind", [](const ValidFile& f) {
+                 return with_json_unsealed(f, [](nlohmann::json& h) { h["__metadata__"]["checksum.other"] = "0"; });
+               }, "unknown metadata key 'checksum.other'"});
+  c.push_back({"swapped_tensor_data", [](const ValidFile& f) {
+                 // Two same-sized tensors trade places: each still parses, neither matches.
+                 return with_json_unsealed(f, [](nlohmann::json& h) {
+                   std::swap(h["layers.1.keys"]["data_offsets"], h["layers.1.values"]["data_offsets"]);
+                 });
+               }, "fails its checksum"});
   c.push_back({"bad_version", [](const ValidFile& f) {
                  return with_json(f, [](nlohmann::json& h) { h["__metadata__"]["format_version"] = "1x"; });
                }, "invalid format_version"});

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "engine/gguf.hpp"
+#include "engine/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {
@@ -200,9 +202,15 @@ class Corrupt {
     return *this;
   }
 
-  void expect_error(const std::string& expected) const {
+  // Writes the bytes to this test's file and returns its path.
+  std::string write() const {
     const std::string path = temp_path("corrupt.gguf");
     write_bytes(path, bytes_, bytes_.size());
+    return path;
+  }
+
+  void expect_error(const std::string& expected) const {
+    const std::string path = write();
     try {
       GgufFile::open(path);
       ADD_FAILURE() << "accepted; expected an error containing '" << expected << "'";
@@ -306,6 +314,108 @@ TEST(Gguf, DuplicateKeysAndTensorsAreErrors) {
     Corrupt c;  // "dup.b" -> "dup.a"
     c.bytes_[c.after("dup.b") - 1] = 'a';
     c.expect_error("duplicate tensor name 'dup.a'");
+  }
+}
+
+// Tensor data ranges must tile the data section (issue 17): sample_writer's layout is
+// tok.weight [0, 60) pad 64, q8.weight [64, 268) pad 288, norm.weight [288, 302) pad 320,
+// dup.a [320, 324) pad 352, dup.b [352, 356) = end of file.
+TEST(Gguf, OverlappingTensorsAreErrors) {
+  // q8.weight's offset moved onto tok.weight's data: both would read bytes [0, 60).
+  { Corrupt c; c.set<uint64_t>(c.after("q8.weight") + 24, 0).expect_error("tensor 'q8.weight' data [0, 204) overlaps tensor 'tok.weight'"); }
+  // dup.b moved onto dup.a (same size, aligned, inside the file): before this check, accepted.
+  { Corrupt c; c.set<uint64_t>(c.after("dup.b") + 16, 320).expect_error("overlaps tensor 'dup."); }
+}
+
+TEST(Gguf, ChangedTensorTypeOfAnotherSizeIsAnError) {
+  // tok.weight F32 -> F16 [3, 5]: 30 bytes, so 32 bytes of gap before q8.weight.
+  { Corrupt c; c.set<uint32_t>(c.after("tok.weight") + 20, 1).expect_error("tensor 'q8.weight' starts at 64 but tensor 'tok.weight' ends at 30"); }
+  // norm.weight F16 -> F32 [7] is 28 bytes: still inside its 32-byte slot, and dup.b
+  // F32 -> F16 leaves 2 bytes that fit the last tensor's padding. Neither shows in the layout
+  // (docs/reliability.md); this test pins that limit down so a change to it is noticed.
+  { Corrupt c; c.set<uint32_t>(c.after("norm.weight") + 12, 0); EXPECT_NO_THROW(GgufFile::open(c.write())); }
+  { Corrupt c; c.set<uint32_t>(c.after("dup.b") + 12, 1); EXPECT_NO_THROW(GgufFile::open(c.write())); }
+  // The last tensor moved past the end; bytes past the last tensor's padding are refused.
+  { Corrupt c; c.set<uint64_t>(c.after("dup.b") + 16, 384).expect_error("truncated: tensor 'dup.b'"); }
+  {
+    Corrupt c;
+    c.bytes_.resize(c.bytes_.size() + 40, 0);
+    c.expect_error("40 bytes follow the last tensor 'dup.b'");
+  }
+  {
+    Corrupt c;  // the first tensor moved up one alignment unit: 32 unused bytes before it
+    c.set<uint64_t>(c.after("tok.weight") + 24, 32);
+    c.expect_error("tensor 'tok.weight' is the first in the data section but starts at offset 32");
+  }
+}
+
+// A vocabulary GGUF (SentencePiece "llama" model) and its damaged variants (issue 17).
+GgufWriter vocab_writer(const std::string& model = "llama") {
+  GgufWriter w;
+  w.set_string("tokenizer.ggml.model", model);
+  w.set_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a", "b", "ab"});
+  w.set_float32_array("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -0.5f});
+  w.set_int32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1});
+  if (model == "gpt2") w.set_string_array("tokenizer.ggml.merges", {"a b"});
+  w.set_uint32("tokenizer.ggml.bos_token_id", 1);
+  w.set_uint32("tokenizer.ggml.eos_token_id", 2);
+  w.set_uint32("tokenizer.ggml.unknown_token_id", 0);
+  return w;
+}
+
+void expect_vocab_error(const GgufWriter& w, const std::string& expected) {
+  const std::string path = temp_path("vocab.gguf");
+  w.write(path);
+  try {
+    load_tokenizer_from_gguf(GgufFile::open(path));
+    ADD_FAILURE() << "accepted; expected an error containing '" << expected << "'";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr(expected));
+  }
+  std::remove(path.c_str());
+}
+
+TEST(GgufVocabulary, ValidVocabularyLoads) {
+  for (const char* model : {"llama", "gpt2"}) {
+    const std::string path = temp_path("vocab_ok.gguf");
+    vocab_writer(model).write(path);
+    EXPECT_EQ(load_tokenizer_from_gguf(GgufFile::open(path))->vocab_size(), 6) << model;
+    std::remove(path.c_str());
+  }
+}
+
+TEST(GgufVocabulary, SpecialIdsOutsideTheVocabularyAreErrors) {
+  for (const char* model : {"llama", "gpt2"}) {
+    for (const char* key : {"tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
+                            "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.bos_token_id"}) {
+      SCOPED_TRACE(std::string(model) + " " + key);
+      GgufWriter w = vocab_writer(model);
+      w.set_uint32(key, 6);  // one past the last token
+      expect_vocab_error(w, std::string(key) + " = 6 is outside the vocabulary of 6 tokens");
+      w.set_int32(key, -2);
+      expect_vocab_error(w, std::string(key) + " = -2 is outside");
+    }
+  }
+}
+
+TEST(GgufVocabulary, NonFiniteScoresAreErrors) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    GgufWriter w = vocab_writer();
+    w.set_float32_array("tokenizer.ggml.scores", {0, 0, 0, -1, bad, -0.5f});
+    expect_vocab_error(w, "tokenizer.ggml.scores[4] is ");
+  }
+  GgufWriter w = vocab_writer();
+  w.set_float32_array("tokenizer.ggml.scores", {0, 0, 0});
+  expect_vocab_error(w, "tokenizer.ggml.scores holds 3 scores for 6 tokens");
+}
+
+TEST(GgufVocabulary, UnknownTokenTypesAreErrors) {
+  for (const char* model : {"llama", "gpt2"}) {
+    for (const int32_t bad : {65535, 7, -1}) {
+      GgufWriter w = vocab_writer(model);
+      w.set_int32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, bad, 1});
+      expect_vocab_error(w, "tokenizer.ggml.token_type[4] = " + std::to_string(bad) + " is not a known token type");
+    }
   }
 }
 

@@ -424,8 +424,8 @@ TEST(InputPolicy, NewerPromptCacheFormatVersionIsRejected) {
   for (const char* config : kConfigs) {
     const auto good = small_prompt_cache_file(config);
     EXPECT_NO_THROW(parse_prompt_cache(good)) << config;
-    for (const char* newer : {"2", "9"}) {
-      const auto bytes = patched(good, "\"format_version\":\"1\"",
+    for (const char* newer : {"3", "9"}) {
+      const auto bytes = patched(good, "\"format_version\":\"2\"",
                                  std::string("\"format_version\":\"") + newer + "\"");
       try {
         parse_prompt_cache(bytes);

@@ -1,12 +1,14 @@
 // `turbokv cache-info FILE [--json]`: what a saved prompt cache holds (layers, classes, bits,
-// tokens, bytes). The whole file is loaded, so every check a load makes runs; a bad file exits
-// non-zero with the error's message.
+// tokens, bytes). The whole file is loaded, so every check a load makes runs (checksums of every
+// key and tensor included), then the checks of metadata owners such as the engine
+// (cache_info_checks.hpp); a bad file exits non-zero with the error's message.
 #include <fmt/format.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cache_info_checks.hpp"
 #include "command_registry.hpp"
 #include "turbokv/cache_io.hpp"
 
@@ -45,9 +47,11 @@ std::string describe(const std::map<std::string, std::string>& meta) {
 int run_cache_info(const CacheInfoOptions& opt) {
   const PromptCacheFileInfo info = read_prompt_cache_info(opt.file);
   const PromptCache cache = load_prompt_cache(opt.file);  // full validation
+  for (const CacheInfoCheck& check : cache_info_checks()) check(cache, opt.file);
   if (opt.json) {
     nlohmann::json out = {{"file", opt.file},
                           {"format_version", info.format_version},
+                          {"checksums", info.checksummed},
                           {"file_bytes", info.file_bytes},
                           {"n_layers", cache.n_layers()},
                           {"tokens", cache.size()},
@@ -67,8 +71,9 @@ int run_cache_info(const CacheInfoOptions& opt) {
     fmt::print("{}\n", out.dump());
     return 0;
   }
-  fmt::print("{}: turbokv prompt cache, format version {}, {} bytes\n", opt.file,
-             info.format_version, info.file_bytes);
+  fmt::print("{}: turbokv prompt cache, format version {}, {} bytes, {}\n", opt.file,
+             info.format_version, info.file_bytes,
+             info.checksummed ? "checksums verified" : "no checksums (damage undetectable)");
   for (const auto& [k, v] : info.user_metadata) {
     fmt::print("  {}: {}\n", k, v.size() > 100 ? v.substr(0, 97) + "..." : v);
   }

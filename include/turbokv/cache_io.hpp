@@ -1,12 +1,16 @@
 // Saving and loading caches: the cache class registry, PromptCache (the per-layer caches of one
 // model) and its single-file safetensors format (documented in docs/formats.md).
 //
-// File layout (format version 1): a safetensors file whose __metadata__ holds
-//   "format" = "turbokv.prompt_cache", "format_version" = "1", "n_layers" = "<L>",
+// File layout (format version 2): a safetensors file whose __metadata__ holds
+//   "format" = "turbokv.prompt_cache", "format_version" = "2", "n_layers" = "<L>",
 //   "layers.<i>.<key>" = each layer's CacheState metadata (always including "class"),
-//   "user.<key>" = free-form user metadata (model name, token ids, ...);
+//   "user.<key>" = free-form user metadata (model name, token ids, ...),
+//   "checksum.meta.<key>" = XXH3-64 (16 hex digits) of every other metadata key and its value,
+//   "checksum.tensor.<name>" = XXH3-64 of every tensor's bytes;
 // and whose tensors are "layers.<i>.<name>" for each layer's CacheState tensors. Any other key,
-// a layer index >= n_layers, or a newer format version is rejected with turbokv::Error.
+// a layer index >= n_layers, a newer format version, or a missing, extra or mismatching checksum
+// is rejected with turbokv::Error naming the key or tensor. Version-1 files (the same without
+// the checksum keys) still load, with a warning on stderr that damage to them goes undetected.
 //
 // Thread-safety: register_cache_class() and load_kv_cache() may be called from any thread (the
 // registry is guarded by a mutex). A PromptCache follows the KVCache contract: one writer, many
@@ -26,7 +30,9 @@
 
 namespace turbokv {
 
-constexpr int kPromptCacheFormatVersion = 1;
+constexpr int kPromptCacheFormatVersion = 2;
+// The oldest version load_prompt_cache() still reads (1: no checksums).
+constexpr int kPromptCacheOldestFormatVersion = 1;
 
 // Builds a cache from its saved state; throws turbokv::Error on inconsistent state.
 using CacheFactory = std::function<std::unique_ptr<KVCache>(const CacheState&)>;
@@ -71,7 +77,9 @@ class PromptCache {
 // One file per prompt cache, written crash-safely (temporary file, fsync, rename).
 void save_prompt_cache(const std::string& path, const PromptCache& cache);
 // Validates everything before building each layer; throws turbokv::Error naming the file and
-// the problem (truncated, corrupt header, wrong dtype/shape, bad offsets, newer version, ...).
+// the problem (truncated, corrupt header, wrong dtype/shape, bad offsets, newer version,
+// checksum mismatch naming the tensor or metadata key, ...). Every metadata checksum is verified
+// before any layer is built, each tensor's before its layer is built.
 PromptCache load_prompt_cache(const std::string& path);
 
 // The same format in memory (tests, fuzzing, network transfer).
@@ -79,10 +87,12 @@ std::vector<uint8_t> serialize_prompt_cache(const PromptCache& cache);
 PromptCache parse_prompt_cache(std::span<const uint8_t> bytes,
                                const std::string& name = "<memory>");
 
-// The metadata of a saved prompt cache without building it (header only; validated like a load
-// except for the tensors' contents): what `turbokv cache-info` prints.
+// The metadata of a saved prompt cache without building it (header only; validated like a load,
+// metadata checksums included, except for the tensors' contents): what `turbokv cache-info`
+// prints.
 struct PromptCacheFileInfo {
   int format_version = 0;
+  bool checksummed = false;  // format version >= 2: every key and tensor carries a checksum
   uint64_t file_bytes = 0;
   std::map<std::string, std::string> user_metadata;
   std::vector<std::map<std::string, std::string>> layers;  // each layer's CacheState metadata

@@ -4,15 +4,69 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdio>
+#include <optional>
 
 #include "cache/safetensors.hpp"
 #include "core/check.hpp"
+#include "turbokv/checksum.hpp"
 
 namespace turbokv {
 namespace {
 
 constexpr const char* kFormatName = "turbokv.prompt_cache";
 constexpr size_t kMaxLayers = 65536;
+// Format version 2 keys: "checksum.meta.<key>" covers metadata key <key> and its value,
+// "checksum.tensor.<name>" covers tensor <name>'s bytes (see cache_io.hpp).
+const std::string kMetaChecksumPrefix = "checksum.meta.";
+const std::string kTensorChecksumPrefix = "checksum.tensor.";
+const std::string kChecksumPrefix = "checksum.";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+uint64_t stored_checksum(const std::string& file, const std::string& key, const std::string& value) {
+  const std::optional<uint64_t> parsed = parse_checksum_hex(value);
+  TURBOKV_CHECK(parsed.has_value(), "'{}': metadata '{}' = '{}' is not a checksum (16 lowercase hex "
+                "digits): the file is damaged", file, key, value);
+  return *parsed;
+}
+
+// Version 2: every metadata key but the checksums themselves has a checksum.meta entry that
+// matches; no checksum.meta entry names an absent key; any other checksum.* key except the
+// tensor checksums (verified as each tensor is read) is unknown. Runs before anything else is
+// parsed, so a damaged value is reported as damage, not as whatever parse error it would cause.
+void verify_metadata_checksums(const std::string& file,
+                               const std::map<std::string, std::string>& meta) {
+  for (const auto& [key, value] : meta) {
+    if (starts_with(key, kMetaChecksumPrefix)) {
+      const std::string covered = key.substr(kMetaChecksumPrefix.size());
+      TURBOKV_CHECK(meta.count(covered) == 1 && !starts_with(covered, kChecksumPrefix),
+                    "'{}': metadata '{}' is a checksum of key '{}', which the file does not hold "
+                    "(a key was removed or renamed: the file is damaged)", file, key, covered);
+      continue;
+    }
+    if (starts_with(key, kChecksumPrefix)) {
+      TURBOKV_CHECK(starts_with(key, kTensorChecksumPrefix), "'{}': unknown metadata key '{}'",
+                    file, key);
+      continue;
+    }
+    const auto it = meta.find(kMetaChecksumPrefix + key);
+    TURBOKV_CHECK(it != meta.end(), "'{}': metadata key '{}' has no checksum (a key was added or "
+                  "renamed: the file is damaged)", file, key);
+    const uint64_t stored = stored_checksum(file, it->first, it->second);
+    const uint64_t actual = checksum64_pair(key, value);
+    TURBOKV_CHECK(stored == actual, "'{}': metadata key '{}' fails its checksum (stored {}, "
+                  "computed {}): the file is damaged", file, key, checksum_hex(stored),
+                  checksum_hex(actual));
+  }
+}
+
+// Warned once per load: nothing detects damage to a version-1 file's codes or metadata.
+void warn_unchecked(const std::string& file) {
+  std::fprintf(stderr, "turbokv: warning: '%s' is a format-version-1 prompt cache: it carries no "
+               "checksums, so damage to it cannot be detected (save it again to add them)\n",
+               file.c_str());
+}
 
 // Parses "layers.<i>.<rest>"; returns false if `key` does not start with "layers.". Throws on a
 // malformed index.
@@ -36,12 +90,17 @@ bool split_layer_key(const std::string& key, const std::string& file, size_t n_l
   return true;
 }
 
+struct LayerTensor {
+  std::string name;                       // inside the layer
+  const safetensors::TensorInfo* info;    // in the file
+  std::optional<uint64_t> checksum;       // stored checksum of its bytes (version >= 2)
+};
+
 struct Layout {
   int version = 0;
   std::map<std::string, std::string> user;
   std::vector<std::map<std::string, std::string>> layer_metadata;
-  // Per layer: (name inside the layer, tensor info in the file).
-  std::vector<std::vector<std::pair<std::string, const safetensors::TensorInfo*>>> layer_tensors;
+  std::vector<std::vector<LayerTensor>> layer_tensors;
 };
 
 Layout parse_layout(const safetensors::Reader& reader) {
@@ -61,11 +120,13 @@ Layout parse_layout(const safetensors::Reader& reader) {
   auto [vend, vec] = std::from_chars(version.data(), version.data() + version.size(),
                                      layout.version);
   TURBOKV_CHECK(vec == std::errc() && vend == version.data() + version.size() &&
-                    layout.version >= 1,
+                    layout.version >= kPromptCacheOldestFormatVersion,
                 "'{}': invalid format_version '{}'", file, version);
   TURBOKV_CHECK(layout.version <= kPromptCacheFormatVersion,
                 "'{}': format version {} is newer than this build supports ({}); upgrade turbokv",
                 file, layout.version, kPromptCacheFormatVersion);
+  const bool checksummed = layout.version >= 2;
+  if (checksummed) verify_metadata_checksums(file, meta);
   const std::string& n_str = get("n_layers");
   size_t n_layers = 0;
   auto [nend, nec] = std::from_chars(n_str.data(), n_str.data() + n_str.size(), n_layers);
@@ -77,6 +138,15 @@ Layout parse_layout(const safetensors::Reader& reader) {
 
   for (const auto& [key, value] : meta) {
     if (key == "format" || key == "format_version" || key == "n_layers") continue;
+    if (checksummed && starts_with(key, kChecksumPrefix)) {
+      if (starts_with(key, kTensorChecksumPrefix)) {
+        TURBOKV_CHECK(reader.find(key.substr(kTensorChecksumPrefix.size())) != nullptr,
+                      "'{}': metadata '{}' is a checksum of tensor '{}', which the file does not "
+                      "hold: the file is damaged", file, key,
+                      key.substr(kTensorChecksumPrefix.size()));
+      }
+      continue;  // checked by verify_metadata_checksums / below
+    }
     if (key.rfind("user.", 0) == 0) {
       layout.user[key.substr(5)] = value;
       continue;
@@ -92,7 +162,15 @@ Layout parse_layout(const safetensors::Reader& reader) {
     std::string rest;
     TURBOKV_CHECK(split_layer_key(info.name, file, n_layers, &layer, &rest),
                   "'{}': tensor '{}' belongs to no layer", file, info.name);
-    layout.layer_tensors[layer].emplace_back(rest, &info);
+    std::optional<uint64_t> checksum;
+    if (checksummed) {
+      const std::string key = kTensorChecksumPrefix + info.name;
+      const auto it = meta.find(key);
+      TURBOKV_CHECK(it != meta.end(), "'{}': tensor '{}' has no checksum (no '{}' metadata: the "
+                    "file is damaged)", file, info.name, key);
+      checksum = stored_checksum(file, key, it->second);
+    }
+    layout.layer_tensors[layer].push_back({rest, &info, checksum});
   }
   for (size_t i = 0; i < n_layers; ++i) {
     TURBOKV_CHECK(layout.layer_metadata[i].count("class") == 1,
@@ -103,13 +181,20 @@ Layout parse_layout(const safetensors::Reader& reader) {
 
 PromptCache load_from_reader(const safetensors::Reader& reader) {
   const Layout layout = parse_layout(reader);
+  if (layout.version < 2) warn_unchecked(reader.source_name());
   PromptCache cache;
   cache.metadata() = layout.user;
   for (size_t i = 0; i < layout.layer_metadata.size(); ++i) {
     CacheState state;
     state.metadata = layout.layer_metadata[i];
-    for (const auto& [name, info] : layout.layer_tensors[i]) {
-      state.tensors.push_back(reader.read(*info, name));
+    for (const LayerTensor& t : layout.layer_tensors[i]) {
+      uint64_t actual = 0;
+      state.tensors.push_back(reader.read(*t.info, t.name, t.checksum ? &actual : nullptr));
+      if (t.checksum) {
+        TURBOKV_CHECK(actual == *t.checksum, "'{}': tensor '{}' fails its checksum (stored {}, "
+                      "computed {}): the file is damaged", reader.source_name(), t.info->name,
+                      checksum_hex(*t.checksum), checksum_hex(actual));
+      }
     }
     try {
       cache.add_layer(load_kv_cache(state));
@@ -141,6 +226,13 @@ std::map<std::string, std::string> flatten(const PromptCache& cache,
       tensors->push_back(&t);
     }
   }
+  // Checksums last, over the final keys and values (std::map: the keys added below are new).
+  std::map<std::string, std::string> checksums;
+  for (const auto& [k, v] : meta) checksums[kMetaChecksumPrefix + k] = checksum_hex(checksum64_pair(k, v));
+  for (const TensorBlob* t : *tensors) {
+    checksums[kTensorChecksumPrefix + t->name] = checksum_hex(checksum64(t->data));
+  }
+  meta.merge(checksums);
   return meta;
 }
 
@@ -213,12 +305,13 @@ PromptCacheFileInfo read_prompt_cache_info(const std::string& path) {
   const Layout layout = parse_layout(reader);
   PromptCacheFileInfo info;
   info.format_version = layout.version;
+  info.checksummed = layout.version >= 2;
   info.file_bytes = file_bytes;
   info.user_metadata = layout.user;
   info.layers = layout.layer_metadata;
   for (const auto& tensors : layout.layer_tensors) {
     uint64_t bytes = 0;
-    for (const auto& [name, t] : tensors) bytes += t->end - t->begin;
+    for (const LayerTensor& t : tensors) bytes += t.info->end - t.info->begin;
     info.layer_tensor_bytes.push_back(bytes);
   }
   return info;

@@ -12,6 +12,7 @@
 
 #include "cache/cache_state_util.hpp"
 #include "core/check.hpp"
+#include "turbokv/checksum.hpp"
 
 namespace turbokv::safetensors {
 namespace {
@@ -262,10 +263,23 @@ const TensorInfo* Reader::find(const std::string& name) const {
   return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
-TensorBlob Reader::read(const TensorInfo& info, const std::string& as_name) const {
+TensorBlob Reader::read(const TensorInfo& info, const std::string& as_name,
+                        uint64_t* checksum) const {
   TensorBlob blob{as_name, info.dtype, info.shape, {}};
   blob.data.resize(info.end - info.begin);  // validated against the file size in the constructor
-  if (!blob.data.empty()) source_->read(data_start_ + info.begin, blob.data.size(), blob.data.data());
+  if (checksum == nullptr) {
+    if (!blob.data.empty()) source_->read(data_start_ + info.begin, blob.data.size(), blob.data.data());
+    return blob;
+  }
+  // Pieces small enough to stay in L2 between the read and the hash.
+  constexpr size_t kPiece = size_t{256} << 10;
+  ChecksumStream hash;
+  for (size_t done = 0; done < blob.data.size(); done += kPiece) {
+    const size_t n = std::min(kPiece, blob.data.size() - done);
+    source_->read(data_start_ + info.begin + done, n, blob.data.data() + done);
+    hash.update(std::span<const uint8_t>(blob.data.data() + done, n));
+  }
+  *checksum = hash.digest();
   return blob;
 }
 

@@ -63,8 +63,11 @@ class Reader {
   // Sorted by name.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(const std::string& name) const;
-  // Reads a tensor's bytes; `as_name` is the name the returned blob carries.
-  TensorBlob read(const TensorInfo& info, const std::string& as_name) const;
+  // Reads a tensor's bytes; `as_name` is the name the returned blob carries. With `checksum`,
+  // also sets it to the XXH3-64 of the bytes (turbokv/checksum.hpp), computed piece by piece as
+  // they are read so each piece is hashed while still in cache (one pass over memory, not two).
+  TensorBlob read(const TensorInfo& info, const std::string& as_name,
+                  uint64_t* checksum = nullptr) const;
   const std::string& source_name() const { return source_->name(); }
 
  private:
