@@ -124,17 +124,6 @@ void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool& pool) {
     x_q8.resize(row_bytes(GgmlType::Q8_0, w.cols));
     quantize_row(GgmlType::Q8_0, x, w.cols, x_q8.data());
     const uint8_t* xq = x_q8.data();
-    // Each activation block's scale as float, once per call instead of once per weight row.
-    thread_local std::vector<float> x_scales;
-    const size_t blocks = static_cast<size_t>(cols) / 32;
-    x_scales.resize(blocks * batch);
-    for (size_t t = 0; t < batch; ++t) {
-      for (size_t b = 0; b < blocks; ++b) {
-        uint16_t h;
-        std::memcpy(&h, xq + t * q8_stride + b * 34, 2);
-        x_scales[t * blocks + b] = half_to_float(h);
-      }
-    }
     pool.parallel_for(
         static_cast<size_t>(w.rows),
         [&](size_t begin, size_t end) {
@@ -230,6 +219,8 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
         x_scales[t * blocks + b] = half_to_float(h);
       }
     }
+    // Pointers, not the thread_local vectors: the pool's threads have their own (empty) ones.
+    const float* scale_base = x_scales.data();
     // Q8_0 weights on AVX2: four activations per pass over the row (same bits as dot_q8).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     const bool by_four = w.type == GgmlType::Q8_0 && std::string_view(kernel_isa()) == "avx2";
@@ -248,8 +239,8 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
               for (; t + 4 <= batch; t += 4) {
                 const uint8_t* xs[4] = {xq + t * q8_stride, xq + (t + 1) * q8_stride, xq + (t + 2) * q8_stride,
                                         xq + (t + 3) * q8_stride};
-                const float* scales[4] = {&x_scales[t * blocks], &x_scales[(t + 1) * blocks],
-                                          &x_scales[(t + 2) * blocks], &x_scales[(t + 3) * blocks]};
+                const float* scales[4] = {scale_base + t * blocks, scale_base + (t + 1) * blocks,
+                                          scale_base + (t + 2) * blocks, scale_base + (t + 3) * blocks};
                 for (size_t r = r0; r < r1; ++r) {
                   float out[4];
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
