@@ -239,7 +239,7 @@ test('a full queue answers 429 with Retry-After', async () => {
   try {
     const c = new OpenAI({ baseURL: `${small.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60000 });
     const results = await Promise.allSettled(Array.from({ length: 6 }, () =>
-      c.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 150, temperature: 0, ignore_eos: true })));
+      c.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 240, temperature: 0, ignore_eos: true })));
     const rejected = results.filter((r) => r.status === 'rejected');
     const ok = results.filter((r) => r.status === 'fulfilled');
     assert.ok(ok.length >= 2, `${ok.length} succeeded`);
