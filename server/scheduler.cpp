@@ -218,11 +218,16 @@ void Scheduler::admit() {
     const PrefixCache::Entry* hit =
         options_.prefix_cache ? impl_->prefixes.lookup(prompt, prompt.size() - 1) : nullptr;
     if (hit != nullptr) {
-      seq->cache = PrefixCache::restore(*hit);
-      seq->fed = seq->cached = hit->tokens.size();
-    } else {
-      seq->cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
+      try {
+        seq->cache = PrefixCache::restore(*hit);
+        seq->fed = seq->cached = hit->tokens.size();
+      } catch (const std::exception& e) {
+        // A stored state that no longer loads (it should not happen): compute the prompt instead.
+        std::fprintf(stderr, "serve: a stored prefix did not restore (%s); computing it\n", e.what());
+        hit = nullptr;
+      }
     }
+    if (hit == nullptr) seq->cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
     for (size_t l = 0; l < seq->cache.n_layers(); ++l) seq->layers.push_back(&seq->cache.layer(l));
     seq->sampler.emplace(seq->request.sampling);
     seq->text.emplace(tokenizer_, prompt.back(), seq->request.stop);
