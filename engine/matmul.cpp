@@ -222,11 +222,7 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     // Pointers, not the thread_local vectors: the pool's threads have their own (empty) ones.
     const float* scale_base = x_scales.data();
     // Q8_0 weights on AVX2: four activations per pass over the row (same bits as dot_q8).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     const bool by_four = w.type == GgmlType::Q8_0 && std::string_view(kernel_isa()) == "avx2";
-#else
-    constexpr bool by_four = false;
-#endif
     pool.parallel_for(
         rows,
         [&](size_t begin, size_t end) {
@@ -243,9 +239,7 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
                                           scale_base + (t + 2) * blocks, scale_base + (t + 3) * blocks};
                 for (size_t r = r0; r < r1; ++r) {
                   float out[4];
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
                   detail::dot_q8_x4_q8_0(base + r * stride, xs, scales, cols, out);
-#endif
                   for (int i = 0; i < 4; ++i) y[(t + i) * rows + r] = out[i];
                 }
               }

@@ -27,6 +27,19 @@ TKV_AVX2 inline __m256 block_step(__m256 acc, __m256i w_abs, __m256i w, const ui
   return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(products, _mm256_set1_epi16(1))), acc);
 }
 
+// Block `blk` of the weight row against the same block of all four activations, into c0..c3.
+TKV_AVX2 inline void block_x4(const uint8_t* row, int64_t blk, const uint8_t* const* xq, const float* const* xscale,
+                              __m256& c0, __m256& c1, __m256& c2, __m256& c3) {
+  const size_t o = static_cast<size_t>(blk) * 34;
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o + 2));
+  const __m256i w_abs = _mm256_sign_epi8(w, w);
+  const float dw = load_half(row + o);
+  c0 = block_step(c0, w_abs, w, xq[0] + o, dw, xscale[0][blk]);
+  c1 = block_step(c1, w_abs, w, xq[1] + o, dw, xscale[1][blk]);
+  c2 = block_step(c2, w_abs, w, xq[2] + o, dw, xscale[2][blk]);
+  c3 = block_step(c3, w_abs, w, xq[3] + o, dw, xscale[3][blk]);
+}
+
 }  // namespace
 
 TKV_AVX2 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const float* const* xscale, int64_t cols,
@@ -35,48 +48,26 @@ TKV_AVX2 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const
   // accumulators are named registers (an array indexed by b & 1 would live in memory).
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-  const uint8_t *x0 = xq[0], *x1 = xq[1], *x2 = xq[2], *x3 = xq[3];
-  const float *s0 = xscale[0], *s1 = xscale[1], *s2 = xscale[2], *s3 = xscale[3];
   const int64_t blocks = cols / 32;
   int64_t blk = 0;
   for (; blk + 2 <= blocks; blk += 2) {
-    const size_t o = static_cast<size_t>(blk) * 34;
-    {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o + 2));
-      const __m256i w_abs = _mm256_sign_epi8(w, w);
-      const float dw = load_half(row + o);
-      a0 = block_step(a0, w_abs, w, x0 + o, dw, s0[blk]);
-      a1 = block_step(a1, w_abs, w, x1 + o, dw, s1[blk]);
-      a2 = block_step(a2, w_abs, w, x2 + o, dw, s2[blk]);
-      a3 = block_step(a3, w_abs, w, x3 + o, dw, s3[blk]);
-    }
-    {
-      const size_t p = o + 34;
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p + 2));
-      const __m256i w_abs = _mm256_sign_epi8(w, w);
-      const float dw = load_half(row + p);
-      b0 = block_step(b0, w_abs, w, x0 + p, dw, s0[blk + 1]);
-      b1 = block_step(b1, w_abs, w, x1 + p, dw, s1[blk + 1]);
-      b2 = block_step(b2, w_abs, w, x2 + p, dw, s2[blk + 1]);
-      b3 = block_step(b3, w_abs, w, x3 + p, dw, s3[blk + 1]);
-    }
+    block_x4(row, blk, xq, xscale, a0, a1, a2, a3);
+    block_x4(row, blk + 1, xq, xscale, b0, b1, b2, b3);
   }
-  if (blk < blocks) {  // an odd count: the last (even-numbered) block
-    const size_t o = static_cast<size_t>(blk) * 34;
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o + 2));
-    const __m256i w_abs = _mm256_sign_epi8(w, w);
-    const float dw = load_half(row + o);
-    a0 = block_step(a0, w_abs, w, x0 + o, dw, s0[blk]);
-    a1 = block_step(a1, w_abs, w, x1 + o, dw, s1[blk]);
-    a2 = block_step(a2, w_abs, w, x2 + o, dw, s2[blk]);
-    a3 = block_step(a3, w_abs, w, x3 + o, dw, s3[blk]);
-  }
+  if (blk < blocks) block_x4(row, blk, xq, xscale, a0, a1, a2, a3);  // an odd count: the last, even block
   out[0] = hsum(_mm256_add_ps(a0, b0));
   out[1] = hsum(_mm256_add_ps(a1, b1));
   out[2] = hsum(_mm256_add_ps(a2, b2));
   out[3] = hsum(_mm256_add_ps(a3, b3));
 }
 
+}  // namespace turbokv::engine::detail
+
+#else
+
+namespace turbokv::engine::detail {
+// Without AVX2 kernels matmul_rowwise never takes the 4-activation path (kernel_isa() is "scalar").
+void dot_q8_x4_q8_0(const uint8_t*, const uint8_t* const*, const float* const*, int64_t, float*) {}
 }  // namespace turbokv::engine::detail
 
 #endif
