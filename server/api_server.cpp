@@ -194,43 +194,60 @@ void ApiServer::routes() {
     std::string out;
     if (const Backend* b = backend_.load(); b != nullptr) {
       const SchedulerMetrics m = b->scheduler->metrics();
-      metric(out, "turbokv_requests_running", "gauge", "Sequences in the running batch", m.running);
-      metric(out, "turbokv_requests_waiting", "gauge", "Requests queued for admission", m.waiting);
-      metric(out, "turbokv_requests_running_peak", "gauge", "Most sequences ever running at once", m.peak_running);
-      metric(out, "turbokv_kv_budget_bytes", "gauge", "The KV memory budget (--kv-budget)", m.kv_budget);
-      metric(out, "turbokv_kv_reserved_bytes", "gauge", "KV bytes reserved by running sequences", m.kv_reserved);
-      metric(out, "turbokv_kv_used_bytes", "gauge", "KV bytes allocated (running caches and prefix cache)",
-             m.kv_allocated);
-      metric(out, "turbokv_kv_used_bytes_peak", "gauge", "Most KV bytes ever allocated at once", m.peak_kv_allocated);
-      metric(out, "turbokv_kv_tokens", "gauge", "Tokens held by running sequences' caches", m.kv_tokens);
-      metric(out, "turbokv_prefix_cache_bytes", "gauge", "Bytes held by the prefix cache", m.prefix_cache_bytes);
-      metric(out, "turbokv_prefix_cache_entries", "gauge", "Prefixes held by the prefix cache", m.prefix_cache_entries);
-      metric(out, "turbokv_prefix_cache_hits_total", "counter", "Admitted requests that restored a prefix",
-             static_cast<double>(m.prefix_cache_hits_total));
-      metric(out, "turbokv_prefix_cache_misses_total", "counter", "Admitted requests with no stored prefix",
-             static_cast<double>(m.prefix_cache_misses_total));
-      metric(out, "turbokv_prefix_cache_evictions_total", "counter", "Prefixes evicted for room",
-             static_cast<double>(m.prefix_cache_evictions_total));
-      metric(out, "turbokv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests",
-             static_cast<double>(m.prompt_tokens_total));
-      metric(out, "turbokv_prompt_tokens_cached_total", "counter", "Prompt tokens restored from the prefix cache",
-             static_cast<double>(m.prompt_tokens_cached_total));
-      metric(out, "turbokv_prompt_tokens_computed_total", "counter", "Prompt tokens computed",
-             static_cast<double>(m.prompt_tokens_computed_total));
-      metric(out, "turbokv_generation_tokens_total", "counter", "Tokens generated",
-             static_cast<double>(m.generated_tokens_total));
-      metric(out, "turbokv_requests_finished_total", "counter", "Requests finished",
-             static_cast<double>(m.requests_finished_total));
-      metric(out, "turbokv_requests_cancelled_total", "counter", "Requests cancelled (client gone)",
-             static_cast<double>(m.requests_cancelled_total));
-      metric(out, "turbokv_requests_failed_total", "counter", "Requests failed",
-             static_cast<double>(m.requests_failed_total));
-      metric(out, "turbokv_requests_rejected_total", "counter", "Requests refused with 429 (queue full)",
-             static_cast<double>(m.requests_rejected_total));
-      metric(out, "turbokv_batch_sequences", "gauge", "Sequences in the last step", m.last_batch_sequences);
-      metric(out, "turbokv_batch_rows", "gauge", "Token rows in the last step", m.last_batch_rows);
-      metric(out, "turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total));
-      metric(out, "turbokv_step_seconds_total", "counter", "Seconds spent in forward steps", m.step_seconds_total);
+      const struct {
+        const char* name;
+        const char* type;
+        const char* help;
+        double value;
+      } metrics[] = {
+          {"turbokv_requests_running", "gauge", "Sequences in the running batch", static_cast<double>(m.running)},
+          {"turbokv_requests_waiting", "gauge", "Requests queued for admission", static_cast<double>(m.waiting)},
+          {"turbokv_requests_running_peak", "gauge", "Most sequences ever running at once",
+            static_cast<double>(m.peak_running)},
+          {"turbokv_kv_budget_bytes", "gauge", "The KV memory budget (--kv-budget)",
+            static_cast<double>(m.kv_budget)},
+          {"turbokv_kv_reserved_bytes", "gauge", "KV bytes reserved by running sequences",
+            static_cast<double>(m.kv_reserved)},
+          {"turbokv_kv_used_bytes", "gauge", "KV bytes allocated (running caches and prefix cache)",
+            static_cast<double>(m.kv_allocated)},
+          {"turbokv_kv_used_bytes_peak", "gauge", "Most KV bytes ever allocated at once",
+            static_cast<double>(m.peak_kv_allocated)},
+          {"turbokv_kv_tokens", "gauge", "Tokens held by running sequences' caches",
+            static_cast<double>(m.kv_tokens)},
+          {"turbokv_prefix_cache_bytes", "gauge", "Bytes held by the prefix cache",
+            static_cast<double>(m.prefix_cache_bytes)},
+          {"turbokv_prefix_cache_entries", "gauge", "Prefixes held by the prefix cache",
+            static_cast<double>(m.prefix_cache_entries)},
+          {"turbokv_prefix_cache_hits_total", "counter", "Admitted requests that restored a prefix",
+            static_cast<double>(m.prefix_cache_hits_total)},
+          {"turbokv_prefix_cache_misses_total", "counter", "Admitted requests with no stored prefix",
+            static_cast<double>(m.prefix_cache_misses_total)},
+          {"turbokv_prefix_cache_evictions_total", "counter", "Prefixes evicted for room",
+            static_cast<double>(m.prefix_cache_evictions_total)},
+          {"turbokv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests",
+            static_cast<double>(m.prompt_tokens_total)},
+          {"turbokv_prompt_tokens_cached_total", "counter", "Prompt tokens restored from the prefix cache",
+            static_cast<double>(m.prompt_tokens_cached_total)},
+          {"turbokv_prompt_tokens_computed_total", "counter", "Prompt tokens computed",
+            static_cast<double>(m.prompt_tokens_computed_total)},
+          {"turbokv_generation_tokens_total", "counter", "Tokens generated",
+            static_cast<double>(m.generated_tokens_total)},
+          {"turbokv_requests_finished_total", "counter", "Requests finished",
+            static_cast<double>(m.requests_finished_total)},
+          {"turbokv_requests_cancelled_total", "counter", "Requests cancelled (client gone)",
+            static_cast<double>(m.requests_cancelled_total)},
+          {"turbokv_requests_failed_total", "counter", "Requests failed",
+            static_cast<double>(m.requests_failed_total)},
+          {"turbokv_requests_rejected_total", "counter", "Requests refused with 429 (queue full)",
+            static_cast<double>(m.requests_rejected_total)},
+          {"turbokv_batch_sequences", "gauge", "Sequences in the last step",
+            static_cast<double>(m.last_batch_sequences)},
+          {"turbokv_batch_rows", "gauge", "Token rows in the last step", static_cast<double>(m.last_batch_rows)},
+          {"turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total)},
+          {"turbokv_step_seconds_total", "counter", "Seconds spent in forward steps",
+            static_cast<double>(m.step_seconds_total)},
+      };
+      for (const auto& x : metrics) metric(out, x.name, x.type, x.help, x.value);
     }
     {
       std::lock_guard lock(counters_->mutex);
