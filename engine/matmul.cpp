@@ -103,6 +103,52 @@ size_t min_rows_per_chunk(int64_t cols) {
   return std::max<size_t>(1, 16384 / static_cast<size_t>(std::max<int64_t>(cols, 1)));
 }
 
+// Activation rows quantized to Q8_0 for the dot_q8 kernels, with what the dot_q8_sums kernels
+// also read: each block's scale as float and that scale times the sum of the block's values.
+// Computed once per call on the calling thread; the pool's threads read it through this view.
+struct Q8Activations {
+  const uint8_t* bytes;
+  const float* scale;
+  const float* sum;
+  size_t stride;  // bytes per row
+  size_t blocks;  // blocks per row
+};
+
+Q8Activations quantize_activations(const float* x, int64_t cols, size_t n, bool with_sums) {
+  thread_local std::vector<uint8_t> bytes;
+  thread_local std::vector<float> scale, sum;
+  const size_t stride = row_bytes(GgmlType::Q8_0, cols);
+  const size_t blocks = static_cast<size_t>(cols) / 32;
+  bytes.resize(stride * n);
+  for (size_t t = 0; t < n; ++t) quantize_row(GgmlType::Q8_0, x + t * cols, cols, bytes.data() + t * stride);
+  scale.resize(blocks * n);
+  sum.resize(blocks * n);
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = bytes.data() + t * stride + b * 34;
+      uint16_t h;
+      std::memcpy(&h, block, 2);
+      const float d = half_to_float(h);
+      scale[t * blocks + b] = d;
+      if (!with_sums) continue;
+      int32_t total = 0;
+      for (int i = 0; i < 32; ++i) total += static_cast<int8_t>(block[2 + i]);
+      sum[t * blocks + b] = d * static_cast<float>(total);
+    }
+  }
+  return {bytes.data(), scale.data(), sum.data(), stride, blocks};
+}
+
+// Row `row` against activation row t through whichever Q8_0-activation kernel the type has.
+inline float dot_q8_activation(const detail::RowKernels& k, const uint8_t* row, const Q8Activations& a, size_t t,
+                               int64_t cols) {
+  const uint8_t* xq = a.bytes + t * a.stride;
+  if (k.dot_q8 != nullptr) return k.dot_q8(row, xq, cols);
+  return k.dot_q8_sums(row, xq, a.scale + t * a.blocks, a.sum + t * a.blocks, cols);
+}
+
+bool has_q8_kernel(const detail::RowKernels& k) { return k.dot_q8 != nullptr || k.dot_q8_sums != nullptr; }
+
 }  // namespace
 
 const char* kernel_isa() {
@@ -119,15 +165,12 @@ void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool& pool) {
   const size_t stride = checked_stride(w, "matvec");
   const detail::RowKernels k = kernels_for(w.type);
   const auto* base = static_cast<const uint8_t*>(w.data);
-  if (k.dot_q8 != nullptr && q8_activations() && w.rows > 0) {
-    thread_local std::vector<uint8_t> x_q8;
-    x_q8.resize(row_bytes(GgmlType::Q8_0, w.cols));
-    quantize_row(GgmlType::Q8_0, x, w.cols, x_q8.data());
-    const uint8_t* xq = x_q8.data();
+  if (has_q8_kernel(k) && q8_activations() && w.rows > 0) {
+    const Q8Activations a = quantize_activations(x, w.cols, 1, k.dot_q8_sums != nullptr);
     pool.parallel_for(
         static_cast<size_t>(w.rows),
         [&](size_t begin, size_t end) {
-          for (size_t r = begin; r < end; ++r) y[r] = k.dot_q8(base + r * stride, xq, w.cols);
+          for (size_t r = begin; r < end; ++r) y[r] = dot_q8_activation(k, base + r * stride, a, 0, w.cols);
         },
         min_rows_per_chunk(w.cols));
     return;
@@ -201,26 +244,13 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
   const size_t batch = static_cast<size_t>(n);
   // Rows per task as matvec's, scaled down by the batch: each task does n dot products a row.
   const size_t min_chunk = std::max<size_t>(1, min_rows_per_chunk(cols) / batch);
-  if (k.dot_q8 != nullptr && q8_activations()) {
+  if (has_q8_kernel(k) && q8_activations()) {
     // The activations quantized exactly as matvec quantizes its one row.
-    thread_local std::vector<uint8_t> x_q8;
-    const size_t q8_stride = row_bytes(GgmlType::Q8_0, cols);
-    x_q8.resize(q8_stride * batch);
-    for (size_t t = 0; t < batch; ++t) quantize_row(GgmlType::Q8_0, x + t * cols, cols, x_q8.data() + t * q8_stride);
-    const uint8_t* xq = x_q8.data();
-    // Each activation block's scale as float, once per call instead of once per weight row.
-    thread_local std::vector<float> x_scales;
-    const size_t blocks = static_cast<size_t>(cols) / 32;
-    x_scales.resize(blocks * batch);
-    for (size_t t = 0; t < batch; ++t) {
-      for (size_t b = 0; b < blocks; ++b) {
-        uint16_t h;
-        std::memcpy(&h, xq + t * q8_stride + b * 34, 2);
-        x_scales[t * blocks + b] = half_to_float(h);
-      }
-    }
-    // Pointers, not the thread_local vectors: the pool's threads have their own (empty) ones.
-    const float* scale_base = x_scales.data();
+    const Q8Activations a = quantize_activations(x, cols, batch, k.dot_q8_sums != nullptr);
+    const uint8_t* xq = a.bytes;
+    const size_t q8_stride = a.stride;
+    const size_t blocks = a.blocks;
+    const float* scale_base = a.scale;
     // Q8_0 weights on AVX2: four activations per pass over the row (same bits as dot_q8).
     const bool by_four = w.type == GgmlType::Q8_0 && std::string_view(kernel_isa()) == "avx2";
     pool.parallel_for(
@@ -245,7 +275,7 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
               }
             }
             for (; t < batch; ++t) {
-              for (size_t r = r0; r < r1; ++r) y[t * rows + r] = k.dot_q8(base + r * stride, xq + t * q8_stride, cols);
+              for (size_t r = r0; r < r1; ++r) y[t * rows + r] = dot_q8_activation(k, base + r * stride, a, t, cols);
             }
           }
         },

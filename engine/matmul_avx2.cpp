@@ -237,32 +237,45 @@ TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t co
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// Eight unsigned bytes as eight floats.
+TKV_AVX2 inline __m256 u8x8_to_float(const uint8_t* v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
+}
+
 // Q4_K: sub-block j of a super-block lines up with one Q8_0 block of x, so
-// dot = sum_j dx_j * (d * sc_j * sum(q * xq) - dmin * m_j * sum(xq)).
-TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
+// dot = sum_j (d * sc_j) * dx_j * sum(q * xq)_j - sum_j (dmin * m_j) * [dx_j * sum(xq)_j].
+// The bracket is the same for every row (x_sum, computed once per activation), so each
+// sub-block costs one integer dot product; its eight int32 partial sums are reduced across the
+// super-block into one vector (lane j: sub-block j) and scaled there: the float work is two
+// multiply-adds per 256 values.
+TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, const float* x_scale, const float* x_sum,
+                               int64_t cols) {
   __m256 acc = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(15);
-  const __m256i ones = _mm256_set1_epi8(1);
-  for (int64_t b = 0; b < cols / 256; ++b, row += 144, xq += 8 * 34) {
-    const float d = load_half(row);
-    const float dmin = load_half(row + 2);
-    uint8_t sc[8], mn[8];
-    unpack_q4_k_scales(row + 4, sc, mn);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 144, xq += 8 * 34, x_scale += 8, x_sum += 8) {
+    __m256i qx[8];
     for (int chunk = 0; chunk < 4; ++chunk) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
-      const __m256i nibbles[2] = {_mm256_and_si256(q, low_mask),
-                                  _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask)};
-      for (int part = 0; part < 2; ++part) {
-        const int j = 2 * chunk + part;
-        const uint8_t* xb = xq + 34 * j;
-        const __m256i x = load_q8_values(xb);
-        const float dx = load_half(xb);
-        const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(nibbles[part], x));
-        const __m256 xs = _mm256_cvtepi32_ps(dot32_u8_i8(ones, x));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[j] * dx), qx, acc);
-        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * mn[j] * dx), xs, acc);
-      }
+      const __m256i low = _mm256_and_si256(q, low_mask);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
+      qx[2 * chunk] = _mm256_madd_epi16(_mm256_maddubs_epi16(low, load_q8_values(xq + 34 * (2 * chunk))), ones16);
+      qx[2 * chunk + 1] =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(high, load_q8_values(xq + 34 * (2 * chunk + 1))), ones16);
     }
+    // The eight int32 vectors -> lane j = total of qx[j] (hadd pairs within 128-bit halves, then
+    // add the halves).
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(qx[0], qx[1]), _mm256_hadd_epi32(qx[2], qx[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(qx[4], qx[5]), _mm256_hadd_epi32(qx[6], qx[7]));
+    const __m256i totals =
+        _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+    alignas(8) uint8_t sc[8], mn[8];
+    unpack_q4_k_scales(row + 4, sc, mn);
+    const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(load_half(row)), u8x8_to_float(sc)),
+                                       _mm256_loadu_ps(x_scale));
+    const __m256 min = _mm256_mul_ps(_mm256_set1_ps(load_half(row + 2)), u8x8_to_float(mn));
+    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(totals), acc);
+    acc = _mm256_fnmadd_ps(min, _mm256_loadu_ps(x_sum), acc);
   }
   return hsum(acc);
 }
@@ -385,7 +398,7 @@ RowKernels avx2_kernels(GgmlType type) {
       break;
     case GgmlType::Q4_K:
       k.dot = &dot_row_q4_k;
-      k.dot_q8 = &dot_q8_row_q4_k;
+      k.dot_q8_sums = &dot_q8_row_q4_k;
       break;
     case GgmlType::Q6_K:
       k.dot = &dot_row_q6_k;

@@ -19,9 +19,16 @@ using Dot4x2Fn = void (*)(const float* const* w, const float* const* x, int64_t 
 // integer products inside each block of 32, one float multiply-add per block.
 using RowDotQ8Fn = float (*)(const uint8_t* row, const uint8_t* x_q8_0, int64_t cols);
 
+// The same with each activation block's scale dx_b (as float) and dx_b * sum of its 32 int8
+// values, computed once per activation row: what a kernel needs for a weight format with
+// per-sub-block minimums (w = d * q - m), whose m term is m * dx_b * sum(xq_b) for any row.
+using RowDotQ8SumsFn = float (*)(const uint8_t* row, const uint8_t* x_q8_0, const float* x_scale, const float* x_sum,
+                                 int64_t cols);
+
 struct RowKernels {
   RowDotFn dot = nullptr;
-  RowDotQ8Fn dot_q8 = nullptr;  // the quantized types on AVX2
+  RowDotQ8Fn dot_q8 = nullptr;  // the quantized types on AVX2 (at most one of dot_q8, dot_q8_sums)
+  RowDotQ8SumsFn dot_q8_sums = nullptr;
   RowDecodeFn decode = nullptr;
   Dot4x2Fn dot4x2 = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;

@@ -218,7 +218,9 @@ const Case kCases[] = {{GgmlType::F32, 173},   {GgmlType::F32, 64},    {GgmlType
 
 // Whether matvec takes the Q8_0-activation path for this type on the current kernels.
 bool uses_q8_path(GgmlType type) {
-  return q8_activations() && std::string(kernel_isa()) == "avx2" && detail::avx2_kernels(type).dot_q8 != nullptr;
+  if (!q8_activations() || std::string(kernel_isa()) != "avx2") return false;
+  const detail::RowKernels k = detail::avx2_kernels(type);
+  return k.dot_q8 != nullptr || k.dot_q8_sums != nullptr;
 }
 
 // |fast - reference| within float rounding of a sum of |w_i x_i| (one wrongly decoded value
