@@ -19,7 +19,9 @@ using avx2::dot32_u8_i8;
 using avx2::dot_f32;
 using avx2::hsum;
 using avx2::load_half;
+using avx2::lane_totals;
 using avx2::load_q8_values;
+using avx2::u8x8_to_float;
 
 TKV_AVX2 inline __m256 load_f16x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -237,11 +239,6 @@ TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t co
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// Eight unsigned bytes as eight floats.
-TKV_AVX2 inline __m256 u8x8_to_float(const uint8_t* v) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
-}
-
 // Q4_K: sub-block j of a super-block lines up with one Q8_0 block of x, so
 // dot = sum_j (d * sc_j) * dx_j * sum(q * xq)_j - sum_j (dmin * m_j) * [dx_j * sum(xq)_j].
 // The bracket is the same for every row (x_sum, computed once per activation), so each
@@ -263,12 +260,7 @@ TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, const floa
       qx[2 * chunk + 1] =
           _mm256_madd_epi16(_mm256_maddubs_epi16(high, load_q8_values(xq + 34 * (2 * chunk + 1))), ones16);
     }
-    // The eight int32 vectors -> lane j = total of qx[j] (hadd pairs within 128-bit halves, then
-    // add the halves).
-    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(qx[0], qx[1]), _mm256_hadd_epi32(qx[2], qx[3]));
-    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(qx[4], qx[5]), _mm256_hadd_epi32(qx[6], qx[7]));
-    const __m256i totals =
-        _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+    const __m256i totals = lane_totals(qx);
     alignas(8) uint8_t sc[8], mn[8];
     unpack_q4_k_scales(row + 4, sc, mn);
     const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(load_half(row)), u8x8_to_float(sc)),

@@ -58,6 +58,19 @@ TKV_AVX2 inline __m256i dot32_u8_i8(__m256i u, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
+// Eight vectors of 8 int32 partial sums -> one vector whose lane j is the total of v[j] (pairs
+// added within 128-bit halves, then the halves added).
+TKV_AVX2 inline __m256i lane_totals(const __m256i v[8]) {
+  const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+// Eight unsigned bytes as eight floats.
+TKV_AVX2 inline __m256 u8x8_to_float(const uint8_t* v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
+}
+
 // The 32 int8 values of a Q8_0 block (after its fp16 scale).
 TKV_AVX2 inline __m256i load_q8_values(const uint8_t* block) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));

@@ -22,7 +22,9 @@ using avx2::dot32_i8_i8;
 using avx2::dot32_u8_i8;
 using avx2::hsum;
 using avx2::load_half;
+using avx2::lane_totals;
 using avx2::load_q8_values;
+using avx2::u8x8_to_float;
 
 // 16 bytes of nibbles as 32 codes in Q4_0 order: low nibbles (values 0..15) in the low lane,
 // high nibbles (values 16..31) in the high lane.
@@ -51,23 +53,27 @@ TKV_AVX2 inline __m256i iq4nl_table() {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 
-// Q4_1 / Q5_1: x = d * code + m, so dot = dx * (d * sum(code * xq) + m * sum(xq)).
+// Q4_1 / Q5_1: x = d * code + m, so dot = d * dx * sum(code * xq) + m * [dx * sum(xq)], the
+// bracket computed once per activation block (x_sum).
 template <bool kFiveBit>
-TKV_AVX2 float dot_q8_with_min(const uint8_t* row, const uint8_t* xq, int64_t cols) {
+TKV_AVX2 float dot_q8_with_min(const uint8_t* row, const uint8_t* xq, const float* x_scale, const float* x_sum,
+                               int64_t cols) {
   constexpr int kBytes = kFiveBit ? 24 : 20;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi8(1);
+  float min_total = 0.0f;
   for (int64_t b = 0; b < cols / 32; ++b, row += kBytes, xq += 34) {
     __m256i codes = unpack_nibbles(row + (kFiveBit ? 8 : 4));
     if constexpr (kFiveBit) codes = _mm256_or_si256(codes, q5_high_bits(row + 4));
-    const __m256i x = load_q8_values(xq);
-    const float dx = load_half(xq);
-    const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(codes, x));
-    const __m256 xs = _mm256_cvtepi32_ps(dot32_u8_i8(ones, x));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(load_half(row) * dx), qx, acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(load_half(row + 2) * dx), xs, acc1);
+    const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(codes, load_q8_values(xq)));
+    const __m256 d = _mm256_set1_ps(load_half(row) * x_scale[b]);
+    if (b & 1) {
+      acc1 = _mm256_fmadd_ps(d, qx, acc1);
+    } else {
+      acc0 = _mm256_fmadd_ps(d, qx, acc0);
+    }
+    min_total += load_half(row + 2) * x_sum[b];
   }
-  return hsum(_mm256_add_ps(acc0, acc1));
+  return hsum(_mm256_add_ps(acc0, acc1)) + min_total;
 }
 
 TKV_AVX2 float dot_q8_row_q5_0(const uint8_t* row, const uint8_t* xq, int64_t cols) {
@@ -122,33 +128,40 @@ TKV_AVX2 float dot_q8_row_iq4_xs(const uint8_t* row, const uint8_t* xq, int64_t 
 }
 
 // Q5_K: Q4_K's dot with the fifth bit of sub-block j taken from bit j of each qh byte.
-TKV_AVX2 float dot_q8_row_q5_k(const uint8_t* row, const uint8_t* xq, int64_t cols) {
-  // Four accumulators (scale and min terms, even and odd sub-blocks): one chain of 16 dependent
-  // multiply-adds per super-block was latency-bound.
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+// Q5_K: Q4_K's layout with a fifth bit per value (qh); as in Q4_K, the eight sub-blocks'
+// integer sums are reduced to one vector per super-block and the min term reads x_sum.
+TKV_AVX2 float dot_q8_row_q5_k(const uint8_t* row, const uint8_t* xq, const float* x_scale, const float* x_sum,
+                               int64_t cols) {
+  __m256 acc = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(15);
   const __m256i one = _mm256_set1_epi8(1);
-  for (int64_t b = 0; b < cols / 256; ++b, row += 176) {
-    const float d = load_half(row), dmin = load_half(row + 2);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 176, xq += 8 * 34, x_scale += 8, x_sum += 8) {
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
-    int sc[8], m[8];
-    for (int j = 0; j < 8; ++j) k_scale_min(j, row + 4, sc[j], m[j]);
-    for (int j = 0; j < 8; ++j, xq += 34) {
+    __m256i qx[8];
+    for (int j = 0; j < 8; ++j) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 48 + 32 * (j / 2)));
       const __m256i low = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, low_mask);
       // Shifting 16-bit lanes right by j brings bit j of each byte to bit 0; the mask drops
       // what crossed over from the neighbouring byte.
       const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
       const __m256i codes = _mm256_or_si256(low, high);  // 0..31
-      const __m256i x = load_q8_values(xq);
-      const float dx = load_half(xq);
-      const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(codes, x));
-      const __m256 xs = _mm256_cvtepi32_ps(dot32_u8_i8(one, x));
-      acc[j & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[j]) * dx), qx, acc[j & 1]);
-      acc[2 + (j & 1)] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(m[j]) * dx), xs, acc[2 + (j & 1)]);
+      qx[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, load_q8_values(xq + 34 * j)), ones16);
     }
+    alignas(8) uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) {
+      int s, m;
+      k_scale_min(j, row + 4, s, m);
+      sc[j] = static_cast<uint8_t>(s);
+      mn[j] = static_cast<uint8_t>(m);
+    }
+    const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(load_half(row)), u8x8_to_float(sc)),
+                                       _mm256_loadu_ps(x_scale));
+    const __m256 min = _mm256_mul_ps(_mm256_set1_ps(load_half(row + 2)), u8x8_to_float(mn));
+    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane_totals(qx)), acc);
+    acc = _mm256_fnmadd_ps(min, _mm256_loadu_ps(x_sum), acc);
   }
-  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return hsum(acc);
 }
 
 // Two int16 per-sub-block factors: the low lane's products belong to values 0..15 of the run
@@ -338,7 +351,7 @@ void add_avx2_quant_kernels(GgmlType type, RowKernels& k) {
     case GgmlType::Q4_1:
       k.decode = &decode_q4_1;
       k.dot = &dot_decoded<&decode_q4_1>;
-      k.dot_q8 = &dot_q8_with_min<false>;
+      k.dot_q8_sums = &dot_q8_with_min<false>;
       break;
     case GgmlType::Q5_0:
       k.decode = &decode_q5_0;
@@ -348,7 +361,7 @@ void add_avx2_quant_kernels(GgmlType type, RowKernels& k) {
     case GgmlType::Q5_1:
       k.decode = &decode_q5_1;
       k.dot = &dot_decoded<&decode_q5_1>;
-      k.dot_q8 = &dot_q8_with_min<true>;
+      k.dot_q8_sums = &dot_q8_with_min<true>;
       break;
     case GgmlType::IQ4_NL:
       k.decode = &decode_iq4_nl;
@@ -368,7 +381,7 @@ void add_avx2_quant_kernels(GgmlType type, RowKernels& k) {
     case GgmlType::Q5_K:
       k.decode = &decode_q5_k;
       k.dot = &dot_decoded<&decode_q5_k>;
-      k.dot_q8 = &dot_q8_row_q5_k;
+      k.dot_q8_sums = &dot_q8_row_q5_k;
       break;
     case GgmlType::IQ4_XS:
       k.decode = &decode_iq4_xs;
