@@ -46,7 +46,9 @@ ThreadPool& pool(int threads) {
 }
 
 // Args: type index, rows, cols, threads, batch n (1 = matvec), kernels: 0 = best (AVX2, x as
-// Q8_0 for Q8_0/Q4_0 weights), 1 = scalar, 2 = AVX2 with x kept in float.
+// Q8_0 for the quantized types), 1 = scalar, 2 = AVX2 with x kept in float, 3 = matmul_rowwise
+// (the batched forward's product: each row as matvec computes it), 4 = the same without the
+// AVX512-VNNI kernel (AVX2 only; same results).
 void BM_Product(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int64_t rows = state.range(1), cols = state.range(2);
@@ -54,13 +56,16 @@ void BM_Product(benchmark::State& state) {
   const int64_t n = state.range(4);
   const int64_t mode = state.range(5);
   force_scalar_kernels(mode == 1);
+  use_vnni_kernels(mode != 4);
   set_q8_activations(mode != 2);
   const auto& bytes = weights(type, rows, cols);
   const WeightMatrix w{type, rows, cols, bytes.data()};
   std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
   ThreadPool& p = pool(threads);
   for (auto _ : state) {
-    if (n == 1) {
+    if (mode == 3 || mode == 4) {
+      matmul_rowwise(w, x.data(), n, y.data(), p);
+    } else if (n == 1) {
       matvec(w, x.data(), y.data(), p);
     } else {
       matmul(w, x.data(), n, y.data(), p);
@@ -70,9 +75,14 @@ void BM_Product(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols * n) * state.iterations(),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  const char* mode_name = mode == 1 ? "scalar" : mode == 2 ? "avx2, float x" : kernel_isa();
+  const char* mode_name = mode == 1   ? "scalar"
+                          : mode == 2 ? "avx2, float x"
+                          : mode == 3 ? "rowwise"
+                          : mode == 4 ? "rowwise, avx2 only"
+                                      : kernel_isa();
   state.SetLabel(std::string(type_name(type)) + " " + mode_name);
   force_scalar_kernels(false);
+  use_vnni_kernels(true);
   set_q8_activations(true);
 }
 
@@ -94,8 +104,14 @@ void matvec_args(benchmark::internal::Benchmark* b) {
       b->Args({t, 8192, 2048, threads, 1, 2});
     }
   }
-  // Batched prefill (16 tokens) on the MLP-sized matrix.
-  for (int t : {0, 1, 3, 4, 5, 13}) b->Args({t, 8192, 2048, 2, 16, 0});
+  // Batched prefill (16 and 64 tokens) on the MLP-sized matrix: matmul, and matmul_rowwise.
+  for (int t : {0, 1, 3, 4, 5, 13}) {
+    for (int n : {16, 64}) {
+      b->Args({t, 8192, 2048, 2, n, 0});
+      if (t >= 3) b->Args({t, 8192, 2048, 2, n, 3});
+      if (t == 3) b->Args({t, 8192, 2048, 2, n, 4});
+    }
+  }
 }
 
 BENCHMARK(BM_Product)->Apply(matvec_args)->Unit(benchmark::kMicrosecond)->UseRealTime();

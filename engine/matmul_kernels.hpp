@@ -41,6 +41,12 @@ RowKernels scalar_kernels(GgmlType type);
 // xq[t] as float. AVX2 machines only.
 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const float* const* xscale, int64_t cols,
                     float* out);
+// The same with AVX512-VNNI (matmul_rowwise_vnni.cpp), bit for bit the same results; xu[t] is
+// xq[t] with every byte XOR 0x80 (the values offset by 128; scale bytes unused). Only where
+// vnni_available().
+void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, const float* const* xscale, int64_t cols,
+                         float* out);
+bool vnni_available();
 // Returns false if this CPU (or build) has no AVX2/FMA/F16C.
 bool avx2_available();
 RowKernels avx2_kernels(GgmlType type);

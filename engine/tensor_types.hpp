@@ -123,7 +123,7 @@ void quantize_row(GgmlType type, const float* in, int64_t cols, void* out);
 // (set_q8_activations(false) keeps x in float instead).
 void matvec(const WeightMatrix& w, const float* x, float* y, turbokv::ThreadPool& pool);
 // Y[n][rows] = X[n][cols] W^T (batched prefill): each weight row is decoded once per call and
-// used for all n inputs.
+// used for all n inputs. Q8_0 weights on AVX2 take matmul_rowwise (faster, and matvec's bits).
 void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, turbokv::ThreadPool& pool);
 
 // Y[n][rows] for a batch of n independent rows (the server's continuous batching): every row
@@ -141,6 +141,9 @@ void matvec_reference(const WeightMatrix& w, const float* x, float* y);
 const char* kernel_isa();
 // Tests: force the portable scalar kernels (true) or return to the best available (false).
 void force_scalar_kernels(bool scalar);
+// Benchmarks and tests: whether matmul_rowwise may use the AVX512-VNNI Q8_0 kernel where the CPU
+// has it (default true; same results either way, only speed differs).
+void use_vnni_kernels(bool enabled);
 // Whether matvec quantizes x to Q8_0 for quantized weights (default true; process-wide).
 void set_q8_activations(bool enabled);
 bool q8_activations();

@@ -3,6 +3,7 @@
 // the step (batch invariance), on the kjv model (head_dim 64) with fp16 and TurboQuant caches.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
@@ -11,10 +12,12 @@
 
 #include "engine/batch_forward.hpp"
 #include "engine/forward.hpp"
+#include "engine/matmul_kernels.hpp"
 #include "engine/model.hpp"
 #include "engine/sampler.hpp"
 #include "engine/tensor_types.hpp"
 #include "turbokv/error.hpp"
+#include "turbokv/half.hpp"
 #include "turbokv/prompt_cache.hpp"
 
 namespace turbokv::engine {
@@ -51,18 +54,22 @@ TEST(MatmulRowwise, EveryRowIsMatvecBitForBit) {
         if (n == 5) {
           for (size_t i = 0; i < x.size() / 2; ++i) x[i] *= 1e-6f;
         }
-        for (const bool scalar : {false, true}) {
+        // scalar kernels; AVX2; AVX2 with the VNNI Q8_0 kernel where the CPU has it.
+        for (const auto& [scalar, vnni] : {std::pair{true, false}, std::pair{false, false}, std::pair{false, true}}) {
           force_scalar_kernels(scalar);
+          use_vnni_kernels(vnni);
           std::vector<float> batched(static_cast<size_t>(n * rows), NAN);
           matmul_rowwise(w, x.data(), n, batched.data(), pool2);
           for (int64_t t = 0; t < n; ++t) {
             std::vector<float> alone(static_cast<size_t>(rows), NAN);
             matvec(w, x.data() + t * cols, alone.data(), pool1);
             EXPECT_TRUE(same_bits(alone, std::span<const float>(batched).subspan(t * rows, rows)))
-                << type_name(type) << " rows " << rows << " batch " << n << " row " << t << " scalar " << scalar;
+                << type_name(type) << " rows " << rows << " batch " << n << " row " << t << " scalar " << scalar
+                << " vnni " << vnni;
           }
         }
         force_scalar_kernels(false);
+        use_vnni_kernels(true);
       }
     }
   }
@@ -70,6 +77,59 @@ TEST(MatmulRowwise, EveryRowIsMatvecBitForBit) {
   const std::vector<uint8_t> bytes(68);
   float x[64] = {};
   EXPECT_THROW(matmul_rowwise({GgmlType::Q8_0, 1, 64, bytes.data()}, x, -1, y.data(), pool1), Error);
+}
+
+// The AVX512-VNNI Q8_0 kernel against the AVX2 one at the integer extremes: weights of -128
+// (no ggml quantizer writes it, a file may hold it), +-127 and 0, activations at +-127 (the
+// largest products maddubs must not saturate on), odd block counts, batches not multiples of 4.
+TEST(MatmulRowwise, VnniKernelGivesTheAvx2KernelsBits) {
+  if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
+  RecordProperty("vnni_available", detail::vnni_available() ? "yes" : "no");
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  const int64_t rows = 37, cols = 352;  // 11 blocks of 32
+  const size_t stride = row_bytes(GgmlType::Q8_0, cols);
+  std::vector<uint8_t> bytes(stride * rows);
+  const int8_t extremes[] = {-128, -127, 127, 0, 1, -1};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      uint8_t* block = bytes.data() + r * stride + b * 34;
+      const uint16_t scale = float_to_half(0.01f + 0.001f * static_cast<float>(rng() % 100));
+      std::memcpy(block, &scale, 2);
+      for (int i = 0; i < 32; ++i) {
+        const int8_t v = r % 3 == 0 ? extremes[rng() % 6] : static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        block[2 + i] = static_cast<uint8_t>(v);
+      }
+    }
+  }
+  const WeightMatrix w{GgmlType::Q8_0, rows, cols, bytes.data()};
+  for (const int64_t n : {4, 9, 13}) {
+    // Activations whose Q8_0 codes are mostly +-127: each block has a few large values.
+    auto x = random_floats(static_cast<size_t>(n * cols), 11 + static_cast<uint32_t>(n));
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1.0f : -1.0f) * 50.0f;
+    std::vector<float> with_vnni(static_cast<size_t>(n * rows)), avx2_only(with_vnni.size());
+    use_vnni_kernels(true);
+    matmul_rowwise(w, x.data(), n, with_vnni.data(), pool);
+    use_vnni_kernels(false);
+    matmul_rowwise(w, x.data(), n, avx2_only.data(), pool);
+    use_vnni_kernels(true);
+    EXPECT_TRUE(same_bits(with_vnni, avx2_only)) << "batch " << n;
+    // And both are the product with x's Q8_0 round trip, up to float summation order.
+    std::vector<float> reference(static_cast<size_t>(rows)), w_row(static_cast<size_t>(cols));
+    std::vector<float> x_used(static_cast<size_t>(cols));
+    std::vector<uint8_t> x_q8(row_bytes(GgmlType::Q8_0, cols));
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_row(GgmlType::Q8_0, x.data() + t * cols, cols, x_q8.data());
+      dequantize_row({GgmlType::Q8_0, 1, cols, x_q8.data()}, 0, x_used.data());
+      matvec_reference(w, x_used.data(), reference.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(w, r, w_row.data());
+        double magnitude = 0;
+        for (int64_t i = 0; i < cols; ++i) magnitude += std::fabs(static_cast<double>(w_row[i]) * x_used[i]);
+        ASSERT_NEAR(with_vnni[t * rows + r], reference[r], 1e-5 * magnitude + 1e-6) << "batch " << n << " row " << r;
+      }
+    }
+  }
 }
 
 struct Kjv {

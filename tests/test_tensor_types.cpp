@@ -330,10 +330,14 @@ TEST(TensorTypes, MatmulMatchesPerTokenReference) {
       for (bool scalar : {false, true}) {
         force_scalar_kernels(scalar);
         matmul(w, x.data(), n, y.data(), pool);
+        // Q8_0 weights on AVX2 multiply x's Q8_0 round trip (matmul takes matmul_rowwise).
+        const bool q8_path = c.type == GgmlType::Q8_0 && uses_q8_path(c.type);
         for (int64_t t = 0; t < n; ++t) {
+          const std::vector<float> x_row(x.begin() + t * c.cols, x.begin() + (t + 1) * c.cols);
+          const auto x_used = q8_path ? q8_round_trip(x_row) : x_row;
           std::vector<float> want(rows);
-          matvec_reference(w, x.data() + t * c.cols, want.data());
-          const auto magnitude = abs_products(w, x.data() + t * c.cols);
+          matvec_reference(w, x_used.data(), want.data());
+          const auto magnitude = abs_products(w, x_used.data());
           std::vector<float> got(y.begin() + t * rows, y.begin() + (t + 1) * rows);
           SCOPED_TRACE(testing::Message() << type_name(c.type) << " rows " << rows << " token " << t
                                           << " isa " << kernel_isa());

@@ -32,4 +32,25 @@ inline bool cpu_has_avx2_fma_f16c() {
 #endif
 }
 
+// True when, besides AVX2/FMA/F16C, the CPU has AVX512-VNNI with AVX512VL (vpdpbusd on 256-bit
+// registers: Ice Lake and later Xeons, Zen 4) and the OS saves the AVX-512 state (XCR0 bits 5-7),
+// which EVEX-encoded instructions need even on 256-bit registers.
+inline bool cpu_has_avx512_vnni_vl() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool supported = [] {
+    if (!cpu_has_avx2_fma_f16c()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool vl = (b & (1u << 31)) != 0, vnni = (c & (1u << 11)) != 0;
+    if (!(vl && vnni)) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 0xE6u) == 0xE6u;  // XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
 }  // namespace turbokv
