@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -81,7 +82,9 @@ namespace {
 
 std::atomic<bool> g_force_scalar{false};
 std::atomic<bool> g_q8_activations{true};
-std::atomic<bool> g_use_vnni{true};
+// TURBOKV_NO_VNNI=1 in the environment starts with the VNNI kernel off (A/B timing; results are
+// the same either way).
+std::atomic<bool> g_use_vnni{std::getenv("TURBOKV_NO_VNNI") == nullptr};
 
 detail::RowKernels kernels_for(GgmlType type) {
   if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) {

@@ -142,7 +142,8 @@ const char* kernel_isa();
 // Tests: force the portable scalar kernels (true) or return to the best available (false).
 void force_scalar_kernels(bool scalar);
 // Benchmarks and tests: whether matmul_rowwise may use the AVX512-VNNI Q8_0 kernel where the CPU
-// has it (default true; same results either way, only speed differs).
+// has it (default true, or false when TURBOKV_NO_VNNI is set in the environment; same results
+// either way, only speed differs).
 void use_vnni_kernels(bool enabled);
 // Whether matvec quantizes x to Q8_0 for quantized weights (default true; process-wide).
 void set_q8_activations(bool enabled);
