@@ -8,6 +8,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "server/connection_probe.hpp"
 #include "server/openai_request.hpp"
 #include "turbokv/error.hpp"
 
@@ -309,10 +310,18 @@ void ApiServer::routes() {
       const long long created = now_seconds();
       const std::string model_id = b->model_id;
       if (!p.stream) {
+        // A blocking request's client can only be seen leaving on its socket (nothing is
+        // written before the answer): poll it between events, and cancel if it hung up.
+        const ConnectionProbe probe(req);
         std::string text;
         StreamEvent ev;
         for (;;) {
-          if (!handle->wait_next(ev, std::chrono::milliseconds(1000))) continue;
+          if (!handle->wait_next(ev, std::chrono::milliseconds(200))) {
+            if (!probe.peer_gone()) continue;
+            handle->cancel();
+            res.status = 499;  // nginx's "client closed request"; nobody reads it
+            return;
+          }
           if (ev.kind == StreamEvent::Kind::text) {
             text += ev.text;
             continue;
