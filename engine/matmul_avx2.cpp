@@ -324,6 +324,55 @@ TKV_AVX2 inline void store_i8x16(__m128i q, __m256 d, float* out) {
   _mm256_storeu_ps(out + 8, _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(q, 8))));
 }
 
+// Q4_K rows decoded for matmul's float tiles: d * sc * q - dmin * m, the scalar decoder's
+// multiply and subtract (same values; tests/test_tensor_types.cpp compares them).
+TKV_AVX2 void decode_q4_k(const uint8_t* row, int64_t cols, float* out) {
+  const __m256i low_mask = _mm256_set1_epi8(15);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 144, out += 256) {
+    const float d = load_half(row), dmin = load_half(row + 2);
+    alignas(8) uint8_t sc[8], mn[8];
+    unpack_q4_k_scales(row + 4, sc, mn);
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
+      const __m256i nibbles[2] = {_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask)};
+      for (int part = 0; part < 2; ++part) {
+        const int j = 2 * chunk + part;
+        const __m256 scale = _mm256_set1_ps(d * static_cast<float>(sc[j]));
+        const __m256 min = _mm256_set1_ps(dmin * static_cast<float>(mn[j]));
+        alignas(32) uint8_t codes[32];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes), nibbles[part]);
+        for (int e = 0; e < 32; e += 8) {
+          const __m256 v = u8x8_to_float(codes + e);
+          _mm256_storeu_ps(out + 32 * j + e, _mm256_sub_ps(_mm256_mul_ps(scale, v), min));
+        }
+      }
+    }
+  }
+}
+
+// Q6_K rows: d * (sc * q), the product of two small integers taken exactly, then one multiply,
+// as the scalar decoder.
+TKV_AVX2 void decode_q6_k(const uint8_t* row, int64_t cols, float* out) {
+  const __m256i bias = _mm256_set1_epi8(32);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 210, out += 256) {
+    const __m256 d = _mm256_set1_ps(load_half(row + 208));
+    const auto* scales = reinterpret_cast<const int8_t*>(row + 192);
+    for (int half = 0; half < 2; ++half) {
+      __m256i q[4];
+      unpack_q6_k_half(row, half, q);
+      for (int k = 0; k < 4; ++k) {
+        alignas(32) int8_t values[32];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(values), _mm256_sub_epi8(q[k], bias));
+        for (int e = 0; e < 32; e += 8) {
+          const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(values + e)));
+          const __m256i scaled = _mm256_mullo_epi32(v, _mm256_set1_epi32(scales[8 * half + 2 * k + e / 16]));
+          _mm256_storeu_ps(out + 128 * half + 32 * k + e, _mm256_mul_ps(d, _mm256_cvtepi32_ps(scaled)));
+        }
+      }
+    }
+  }
+}
+
 TKV_AVX2 void decode_q8_0(const uint8_t* row, int64_t cols, float* out) {
   for (int64_t b = 0; b < cols / 32; ++b, row += 34, out += 32) {
     const __m256 d = _mm256_set1_ps(load_half(row));
@@ -391,10 +440,12 @@ RowKernels avx2_kernels(GgmlType type) {
     case GgmlType::Q4_K:
       k.dot = &dot_row_q4_k;
       k.dot_q8_sums = &dot_q8_row_q4_k;
+      k.decode = &decode_q4_k;
       break;
     case GgmlType::Q6_K:
       k.dot = &dot_row_q6_k;
       k.dot_q8 = &dot_q8_row_q6_k;
+      k.decode = &decode_q6_k;
       break;
     default: add_avx2_quant_kernels(type, k); break;  // matmul_avx2_quants.cpp
   }
