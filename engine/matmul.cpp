@@ -265,8 +265,10 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     const float* scale_base = a.scale;
     // Q8_0 weights on AVX2: four activations per pass over the row (same bits as dot_q8), with
     // vpdpbusd where the CPU has AVX512-VNNI (same bits again; it reads x offset by 128).
-    const bool by_four = w.type == GgmlType::Q8_0 && std::string_view(kernel_isa()) == "avx2";
-    const bool vnni = by_four && batch >= 4 && g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
+    // Q4_K likewise, sharing the unpacked 6-bit scales among the four.
+    const bool avx2 = std::string_view(kernel_isa()) == "avx2";
+    const bool by_four = avx2 && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K);
+    const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 && g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
     thread_local std::vector<uint8_t> x_offset;
     if (vnni) {
       x_offset.assign(xq, xq + q8_stride * batch);
@@ -289,9 +291,13 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
                                           scale_base + (t + 2) * blocks, scale_base + (t + 3) * blocks};
                 const uint8_t* xus[4] = {xu + t * q8_stride, xu + (t + 1) * q8_stride, xu + (t + 2) * q8_stride,
                                          xu + (t + 3) * q8_stride};
+                const float* sums[4] = {a.sum + t * blocks, a.sum + (t + 1) * blocks, a.sum + (t + 2) * blocks,
+                                        a.sum + (t + 3) * blocks};
                 for (size_t r = r0; r < r1; ++r) {
                   float out[4];
-                  if (vnni) {
+                  if (w.type == GgmlType::Q4_K) {
+                    detail::dot_q8_x4_q4_k(base + r * stride, xs, scales, sums, cols, out);
+                  } else if (vnni) {
                     detail::dot_q8_x4_q8_0_vnni(base + r * stride, xus, scales, cols, out);
                   } else {
                     detail::dot_q8_x4_q8_0(base + r * stride, xs, scales, cols, out);

@@ -244,33 +244,55 @@ TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t co
 // The bracket is the same for every row (x_sum, computed once per activation), so each
 // sub-block costs one integer dot product; its eight int32 partial sums are reduced across the
 // super-block into one vector (lane j: sub-block j) and scaled there: the float work is two
-// multiply-adds per 256 values.
-TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, const float* x_scale, const float* x_sum,
-                               int64_t cols) {
-  __m256 acc = _mm256_setzero_ps();
+// multiply-adds per 256 values. N activations share the weight-side work (loads, the 6-bit
+// scales); each activation's operations are the same, in the same order, for any N, so
+// matmul_rowwise's four-activation pass gives matvec's bits.
+template <int N>
+TKV_AVX2 inline void dot_q8_q4_k_n(const uint8_t* row, const uint8_t* const* xq, const float* const* x_scale,
+                                   const float* const* x_sum, int64_t cols, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(15);
   const __m256i ones16 = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < cols / 256; ++b, row += 144, xq += 8 * 34, x_scale += 8, x_sum += 8) {
-    __m256i qx[8];
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
-      const __m256i low = _mm256_and_si256(q, low_mask);
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
-      qx[2 * chunk] = _mm256_madd_epi16(_mm256_maddubs_epi16(low, load_q8_values(xq + 34 * (2 * chunk))), ones16);
-      qx[2 * chunk + 1] =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(high, load_q8_values(xq + 34 * (2 * chunk + 1))), ones16);
-    }
-    const __m256i totals = lane_totals(qx);
+  for (int64_t b = 0; b < cols / 256; ++b, row += 144) {
     alignas(8) uint8_t sc[8], mn[8];
     unpack_q4_k_scales(row + 4, sc, mn);
-    const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(load_half(row)), u8x8_to_float(sc)),
-                                       _mm256_loadu_ps(x_scale));
+    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(load_half(row)), u8x8_to_float(sc));
     const __m256 min = _mm256_mul_ps(_mm256_set1_ps(load_half(row + 2)), u8x8_to_float(mn));
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(totals), acc);
-    acc = _mm256_fnmadd_ps(min, _mm256_loadu_ps(x_sum), acc);
+    for (int t = 0; t < N; ++t) {
+      const uint8_t* xb = xq[t] + b * 8 * 34;
+      __m256i qx[8];
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * chunk));
+        const __m256i low = _mm256_and_si256(q, low_mask);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
+        qx[2 * chunk] = _mm256_madd_epi16(_mm256_maddubs_epi16(low, load_q8_values(xb + 34 * (2 * chunk))), ones16);
+        qx[2 * chunk + 1] =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(high, load_q8_values(xb + 34 * (2 * chunk + 1))), ones16);
+      }
+      const __m256 scale = _mm256_mul_ps(d_sc, _mm256_loadu_ps(x_scale[t] + b * 8));
+      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane_totals(qx)), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(min, _mm256_loadu_ps(x_sum[t] + b * 8), acc[t]);
+    }
   }
-  return hsum(acc);
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
+
+TKV_AVX2 float dot_q8_row_q4_k(const uint8_t* row, const uint8_t* xq, const float* x_scale, const float* x_sum,
+                               int64_t cols) {
+  float out;
+  dot_q8_q4_k_n<1>(row, &xq, &x_scale, &x_sum, cols, &out);
+  return out;
+}
+
+}  // namespace
+
+TKV_AVX2 void dot_q8_x4_q4_k(const uint8_t* row, const uint8_t* const* xq, const float* const* x_scale,
+                             const float* const* x_sum, int64_t cols, float* out) {
+  dot_q8_q4_k_n<4>(row, xq, x_scale, x_sum, cols, out);
+}
+
+namespace {
 
 // Q6_K: each 32-value run (one Q8_0 block of x) holds two sub-blocks of 16 with their own int8
 // scales: the scales ride in the madd that widens the int16 products.
@@ -456,6 +478,9 @@ RowKernels avx2_kernels(GgmlType type) {
 
 bool avx2_available() { return false; }
 RowKernels avx2_kernels(GgmlType type) { return scalar_kernels(type); }
+// Without AVX2 kernels matmul_rowwise never takes the four-activation path.
+void dot_q8_x4_q4_k(const uint8_t*, const uint8_t* const*, const float* const*, const float* const*, int64_t,
+                    float*) {}
 
 #endif
 

@@ -41,6 +41,10 @@ RowKernels scalar_kernels(GgmlType type);
 // xq[t] as float. AVX2 machines only.
 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const float* const* xscale, int64_t cols,
                     float* out);
+// One Q4_K weight row against four Q8_0 activation rows, with their block scales and sums (the
+// dot_q8_sums inputs): out[t] is bit for bit the AVX2 Q4_K dot_q8_sums kernel's result for t.
+void dot_q8_x4_q4_k(const uint8_t* row, const uint8_t* const* xq, const float* const* x_scale,
+                    const float* const* x_sum, int64_t cols, float* out);
 // The same with AVX512-VNNI (matmul_rowwise_vnni.cpp), bit for bit the same results; xu[t] is
 // xq[t] with every byte XOR 0x80 (the values offset by 128; scale bytes unused). Only where
 // vnni_available().
