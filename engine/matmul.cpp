@@ -268,7 +268,8 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     // Q4_K likewise, sharing the unpacked 6-bit scales among the four.
     const bool avx2 = std::string_view(kernel_isa()) == "avx2";
     const bool by_four = avx2 && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K);
-    const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 && g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
+    const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 &&
+                      g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
     thread_local std::vector<uint8_t> x_offset;
     if (vnni) {
       x_offset.assign(xq, xq + q8_stride * batch);
