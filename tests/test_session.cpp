@@ -3,6 +3,8 @@
 // which is not fed), and the constructor and generate() refuse what they cannot serve.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
