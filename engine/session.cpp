@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/session_metadata.hpp"
 #include "turbokv/error.hpp"
 
@@ -49,6 +51,13 @@ void Session::collect_layers() {
 }
 
 std::span<const float> Session::feed(std::span<const int> tokens) {
+  // The model's context bounds a session as it bounds generate(): positions past seq_len were
+  // never trained, so feeding there is refused before anything changes.
+  const size_t limit = static_cast<size_t>(model_.config.seq_len);
+  if (tokens.size() > limit - std::min(limit, tokens_.size())) {
+    throw Error(fmt::format("Session::feed: {} tokens after {} exceed the model's context of {}", tokens.size(),
+                            tokens_.size(), limit));
+  }
   const auto logits = forward_.run(tokens, layers_);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   last_logits_.assign(logits.begin(), logits.end());

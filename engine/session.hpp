@@ -34,6 +34,7 @@ class Session {
   void save(const std::string& path);
 
   // Runs tokens through the model (appending to the caches); returns the last token's logits.
+  // Throws turbokv::Error, changing nothing, if they would pass the model's seq_len.
   std::span<const float> feed(std::span<const int> tokens);
   // Logits after the last fed token (empty before the first feed).
   std::span<const float> logits() const { return last_logits_; }

@@ -32,5 +32,6 @@ else
   echo "setup: all dependencies present"
 fi
 
-# The end-to-end tests' npm packages (the official openai client), exactly as locked.
+# The end-to-end tests' npm packages (the official openai client, @huggingface/gguf for GGUF
+# interoperability), exactly as locked.
 (cd "$(dirname "$0")/../tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)

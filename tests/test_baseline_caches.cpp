@@ -472,6 +472,48 @@ TEST(AffineKVCache, BytesTrimAndSaveLoad) {
   }
 }
 
+// The affine cache's values against an independent implementation of mlx's rule (mlx
+// quantize(): scale = max(range / n_bins, eps), signed towards the endpoint of larger magnitude,
+// snapped so that endpoint is exact; codes clip(round((x - bias) / scale)); scale and bias then
+// rounded to fp16 (here by the compiler's _Float16, not turbokv/half.hpp); x' = q * s + b).
+float mlx_affine_reference(const float* group, int n, int bits, int j) {
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  const float lo = *std::min_element(group, group + n), hi = *std::max_element(group, group + n);
+  const bool lo_is_edge = std::fabs(lo) > std::fabs(hi);
+  float scale = std::max((hi - lo) / n_bins, 1e-7f);
+  scale = lo_is_edge ? scale : -scale;
+  const float edge = lo_is_edge ? lo : hi;
+  const float q0 = std::nearbyint(edge / scale);
+  const float bias = q0 != 0.0f ? edge : 0.0f;
+  if (q0 != 0.0f) scale = edge / q0;
+  const float q = std::min(std::max(std::nearbyint((group[j] - bias) / scale), 0.0f), n_bins);
+  const float s16 = static_cast<float>(static_cast<_Float16>(scale));
+  const float b16 = static_cast<float>(static_cast<_Float16>(bias));
+  return q * s16 + b16;
+}
+
+TEST(AffineKVCache, ValuesEqualAnIndependentQuantizeDequantize) {
+  const int heads = 2, dim = 128, group = 64;
+  const size_t tokens = 9;
+  for (int bits : {2, 4, 8}) {
+    const auto k = random_kv(heads, tokens, dim, 31), v = random_kv(heads, tokens, dim, 32, 1.0f);
+    AffineKVCache cache(heads, dim, {bits, group});
+    append_chunked(cache, k, v, tokens, {4, 5});
+    const auto [kf, vf] = fetch_all(cache);
+    size_t differ = 0;
+    for (size_t row = 0; row < static_cast<size_t>(heads) * tokens; ++row) {
+      for (int c = 0; c < dim; ++c) {
+        const size_t at = row * dim + static_cast<size_t>(c);
+        const float* kg = k.data() + row * dim + static_cast<size_t>(c / group * group);
+        const float* vg = v.data() + row * dim + static_cast<size_t>(c / group * group);
+        differ += kf[at] != mlx_affine_reference(kg, group, bits, c % group);
+        differ += vf[at] != mlx_affine_reference(vg, group, bits, c % group);
+      }
+    }
+    EXPECT_EQ(differ, 0u) << bits << " bits: values that differ from the reference";
+  }
+}
+
 TEST(BaselineCaches, LoadRejectsCorruptState) {
   AffineKVCache cache(1, 64, {4, 64});
   const auto k = random_kv(1, 3, 64, 14);

@@ -6,6 +6,8 @@
 // `generate --load-cache` refuses.
 #include <gtest/gtest.h>
 
+#include "skip_policy.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -131,13 +133,13 @@ void expect_no_crash(const RunResult& r, const std::string& what) {
 class BrokenFilesCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (tool_path().empty() || !fs::exists(tool_path())) GTEST_SKIP() << "turbokv tool not built";
-    if (!fs::is_directory(corpus_dir())) GTEST_SKIP() << corpus_dir() << " missing";
+    if (tool_path().empty() || !fs::exists(tool_path())) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
+    if (!fs::is_directory(corpus_dir())) TURBOKV_SKIP_MISSING() << corpus_dir() << " missing";
   }
 };
 
 TEST_F(BrokenFilesCli, CacheInfoOnEveryCacheFile) {
-  if (!has_command("cache-info")) GTEST_SKIP() << "no cache-info subcommand in this build";
+  if (!has_command("cache-info")) TURBOKV_SKIP_MISSING() << "no cache-info subcommand in this build";
   const auto files = corpus_files("cache");
   ASSERT_GT(files.size(), 10u);
   int broken = 0;
@@ -159,7 +161,7 @@ TEST_F(BrokenFilesCli, CacheInfoOnEveryCacheFile) {
 // Engine metadata that `generate --load-cache` refuses, in a file whose checksums are all
 // right (a writer's bug, not damage): cache-info must refuse it too, naming the key (issue 17).
 TEST_F(BrokenFilesCli, CacheInfoRefusesGarbageEngineMetadata) {
-  if (!has_command("cache-info")) GTEST_SKIP() << "no cache-info subcommand in this build";
+  if (!has_command("cache-info")) TURBOKV_SKIP_MISSING() << "no cache-info subcommand in this build";
   std::string logits;
   for (int i = 0; i < 16; ++i) logits += "0000803f";  // 1.0f, little-endian
   const std::map<std::string, std::string> good = {
@@ -227,7 +229,7 @@ TEST_F(BrokenFilesCli, GenerateOnEveryModelFile) {
 TEST_F(BrokenFilesCli, GenerateWithEveryTokenizerAndCacheFile) {
   // A real model with a broken tokenizer.bin, and with a broken saved cache to resume from.
   const fs::path model = fs::path(TURBOKV_MODELS_DIR) / "stories260K.bin";
-  if (!fs::exists(model)) GTEST_SKIP() << model << " not found";
+  if (!fs::exists(model)) TURBOKV_SKIP_MISSING() << model << " not found";
   for (const auto& f : corpus_files("tokenizer_bin")) {
     const RunResult r = run_tool({tool_path(), "generate", "--model", model.string(), "--tokenizer", f.string(),
                                   "--prompt", "Once", "-n", "2", "--threads", "1"});

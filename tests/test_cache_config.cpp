@@ -186,10 +186,12 @@ TEST(CacheConfig, NotApplicableShapes) {
   }
   EXPECT_THROW(make_kv_cache("affine4", 4, 32), NotApplicableError);
   EXPECT_TRUE(kv_config_problem(parse_kv_config("affine4"), 4, 64).empty());
+  // affine's groups of 64 values do not fit head_dim 32 either: required to throw, and to say so.
   try {
     make_kv_cache("affine8", 1, 32);
+    ADD_FAILURE() << "affine8 built a cache at head_dim 32";
   } catch (const NotApplicableError& e) {
-    EXPECT_NE(std::string(e.what()).find("not applicable"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("not applicable"), std::string::npos) << e.what();
   }
   // TurboQuant and dense apply to small heads.
   EXPECT_NO_THROW(make_kv_cache("tq3", 4, 8));

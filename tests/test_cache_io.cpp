@@ -20,6 +20,8 @@
 #include "turbokv/checksum.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
+#include "turbokv/prompt_cache.hpp"
+#include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv {
 namespace {
@@ -477,6 +479,90 @@ TEST(PromptCacheIO, EveryTruncationIsRejected) {
     const std::vector<uint8_t> cut(f.bytes.begin(), f.bytes.begin() + n);
     EXPECT_THROW(parse_prompt_cache(cut), Error) << n;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole-file bound on what loading commits. A TurboQuant layer's sink buffers are allocated up
+// front from its `sinks` option (capped at 256 MiB per layer), so a file of a few KiB whose many
+// layers each ask for a large sink capacity, and hold no token, would commit 256 MiB per layer.
+
+// A version-2 file of `n_layers` empty TurboQuant layers (8 kv heads x 128) whose `sinks` option
+// is `sinks`, with correct checksums (as a hostile writer would make it).
+std::vector<uint8_t> empty_turboquant_layers_file(int n_layers, size_t sinks) {
+  TurboQuantCacheOptions o;
+  o.sinks = 4;
+  std::map<std::string, std::string> meta = {{"format", "turbokv.prompt_cache"},
+                                             {"format_version", "2"},
+                                             {"n_layers", std::to_string(n_layers)}};
+  std::vector<TensorBlob> blobs;
+  for (int l = 0; l < n_layers; ++l) {
+    CacheState state = TurboQuantKVCache(8, 128, o).save_state();
+    state.metadata["class"] = "turboquant";
+    state.metadata["sinks"] = std::to_string(sinks);
+    const std::string prefix = "layers." + std::to_string(l) + ".";
+    for (const auto& [k, v] : state.metadata) meta[prefix + k] = v;
+    for (TensorBlob& t : state.tensors) {
+      t.name = prefix + t.name;
+      blobs.push_back(std::move(t));
+    }
+  }
+  std::map<std::string, std::string> checksums;
+  for (const auto& [k, v] : meta) checksums["checksum.meta." + k] = checksum_hex(checksum64_pair(k, v));
+  for (const TensorBlob& t : blobs) checksums["checksum.tensor." + t.name] = checksum_hex(checksum64(t.data));
+  meta.merge(checksums);
+  std::vector<const TensorBlob*> ptrs;
+  for (const TensorBlob& t : blobs) ptrs.push_back(&t);
+  return safetensors::serialize(meta, ptrs);
+}
+
+TEST(PromptCacheIO, WholeFileCommitmentIsBoundedByItsSize) {
+  // 4096 sinks x 8 heads x 128 x (key + value) x 4 bytes = 32 MiB per layer, within the per-layer
+  // cap; 64 such layers would commit 2 GiB from a file of ~0.2 MiB. The loader refuses once the
+  // layers built so far exceed 256 MiB + 16 x the file size (at the 9th layer here).
+  const auto hostile = empty_turboquant_layers_file(64, 4096);
+  ASSERT_LT(hostile.size(), size_t{1} << 20);
+  try {
+    parse_prompt_cache(hostile, "hostile.safetensors");
+    ADD_FAILURE() << "a " << hostile.size() << "-byte file loaded 64 layers of 32 MiB";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("layers 0-8 would hold 288 MiB, more than " +
+                        std::to_string(256 + 16 * hostile.size() / (1 << 20)) + " MiB"),
+              std::string::npos) << what;
+  }
+  // The same layers with an honest sink capacity load, as do a few of the large ones.
+  EXPECT_EQ(parse_prompt_cache(empty_turboquant_layers_file(64, 4), "honest").n_layers(), 64u);
+  EXPECT_EQ(parse_prompt_cache(empty_turboquant_layers_file(2, 4096), "two").n_layers(), 2u);
+}
+
+// register_cache_maker: a kind the table does not know becomes buildable by make_kv_cache and
+// make_prompt_cache, with the config passed through; null makers and bad registrations are
+// refused.
+TEST(CacheRegistry, RegisteredMakersBuildTheirKind) {
+  CacheConfig config;
+  config.kind = "maker_test_kind";
+  EXPECT_THROW(make_kv_cache(2, 16, config), Error);
+  int calls = 0;
+  register_cache_maker("maker_test_kind", [&calls](int kv_heads, int head_dim, const CacheConfig& c) {
+    ++calls;
+    EXPECT_EQ(c.kind, "maker_test_kind");
+    return std::make_unique<DenseKVCache>(kv_heads, head_dim, DenseDtype::f32, c.dense_page_tokens);
+  });
+  config.dense_page_tokens = 7;
+  const auto one = make_kv_cache(2, 16, config);
+  EXPECT_EQ(one->kv_heads(), 2);
+  EXPECT_EQ(one->head_dim(), 16);
+  EXPECT_EQ(dynamic_cast<const DenseKVCache&>(*one).page_tokens(), 7u);
+  const PromptCache pc = make_prompt_cache(3, 4, 8, config);
+  EXPECT_EQ(pc.n_layers(), 3u);
+  EXPECT_EQ(pc.layer(2).head_dim(), 8);
+  EXPECT_EQ(calls, 4);
+  // A maker that returns null is an error, not a null layer.
+  register_cache_maker("maker_test_null", [](int, int, const CacheConfig&) { return nullptr; });
+  config.kind = "maker_test_null";
+  EXPECT_THROW(make_kv_cache(2, 16, config), Error);
+  EXPECT_THROW(register_cache_maker("", [](int, int, const CacheConfig&) { return nullptr; }), Error);
+  EXPECT_THROW(register_cache_maker("x", CacheMaker{}), Error);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 //  - engine sessions on one shared read-only Model, each with its own caches and pool.
 #include <gtest/gtest.h>
 
+#include "skip_policy.hpp"
+
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -192,7 +194,7 @@ std::vector<int> run_session(const engine::Model& model, const char* config, int
 
 TEST(Concurrency, SessionsShareOneReadOnlyModel) {
   const std::string path = std::string(TURBOKV_MODELS_DIR) + "/stories260K.bin";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  if (!std::filesystem::exists(path)) TURBOKV_SKIP_MISSING() << path << " not found";
   const engine::Model model = engine::load_model(path);
   const char* configs[] = {"dense16", "tq3", "prod4", "tq4s1w8"};
   std::vector<std::vector<int>> expected;

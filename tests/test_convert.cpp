@@ -3,6 +3,8 @@
 // whose rows do not fill Q8_0 blocks fall back to F16, and the vocabulary survives.
 #include <gtest/gtest.h>
 
+#include "skip_policy.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -71,7 +73,7 @@ void expect_vector_matches(const GgufFile& f, const std::string& name, const std
 class Convert : public testing::TestWithParam<std::string> {};
 
 TEST_P(Convert, Stories260KRoundTrips) {
-  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  if (!have_model()) TURBOKV_SKIP_MISSING() << "stories260K.bin / tok512.bin not in " << kModels;
   const std::string type_name_arg = GetParam();
   const std::string path = out_path(type_name_arg + ".gguf");
   ConvertOptions options;
@@ -167,7 +169,7 @@ TEST(Convert, EveryTypeNameParses) {
 // stories260K's rows (64 and 172 values) fill no 256-value super-block: Q4_K falls back to Q5_0
 // where rows fill blocks of 32 (llama.cpp's choice), and to F16 for ffn_down's 172.
 TEST(Convert, SuperBlockTypesFallBackLikeLlamaCpp) {
-  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  if (!have_model()) TURBOKV_SKIP_MISSING() << "stories260K.bin / tok512.bin not in " << kModels;
   const std::string path = out_path("q4_k.gguf");
   ConvertOptions options;
   options.type = GgmlType::Q4_K;
@@ -189,7 +191,7 @@ TEST(Convert, SuperBlockTypesFallBackLikeLlamaCpp) {
 // A NaN or infinite block scale makes the whole block NaN / inf: the loader refuses the file
 // and says where, instead of producing NaN logits later.
 TEST(ConvertErrors, NonFiniteScaleInAFileIsAnError) {
-  if (!have_model()) GTEST_SKIP() << "stories260K.bin / tok512.bin not in " << kModels;
+  if (!have_model()) TURBOKV_SKIP_MISSING() << "stories260K.bin / tok512.bin not in " << kModels;
   const std::string path = out_path("nan_scale.gguf");
   ConvertOptions options;
   options.type = GgmlType::Q8_0;
@@ -234,7 +236,7 @@ TEST(ConvertErrors, BadArgumentsAreErrors) {
 
 TEST(ConvertErrors, CommandLineWritesAFile) {
   const std::string tool = TURBOKV_TOOL_PATH;
-  if (!have_model() || tool.empty() || !std::filesystem::exists(tool)) GTEST_SKIP() << "turbokv tool not built";
+  if (!have_model() || tool.empty() || !std::filesystem::exists(tool)) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
   const std::string path = out_path("cli.gguf");
   const std::string command = "'" + tool + "' convert '" + kCheckpoint + "' '" + path + "' --type q8_0 > /dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0);

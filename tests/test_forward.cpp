@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -131,23 +132,54 @@ TEST(Forward, Qwen3QkNormAndWideHeads) {
   EXPECT_LT(max_relative_error(t.model, some_tokens(17, c.vocab_size), 8, 2), 2e-5);
 }
 
+// Meta's published Llama 3.1 rope scaling (apply_scaling in llama/model.py), written out here:
+// with wavelength w = 2 pi / freq, high frequencies (w < L / high) are kept, low ones
+// (w > L / low) divided by `factor`, and in between interpolated linearly in L / w. The factor
+// GGUF stores (rope_freqs.weight) is freq / scaled_freq.
+static std::vector<float> published_llama3_factors(int head_dim, double theta, double factor, double low,
+                                                   double high, double old_context) {
+  std::vector<float> out;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(theta, 2.0 * i / head_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double scaled;
+    if (wavelen < old_context / high) {
+      scaled = freq;
+    } else if (wavelen > old_context / low) {
+      scaled = freq / factor;
+    } else {
+      const double smooth = (old_context / wavelen - low) / (high - low);
+      scaled = (1.0 - smooth) * freq / factor + smooth * freq;
+    }
+    out.push_back(static_cast<float>(freq / scaled));
+  }
+  return out;
+}
+
 TEST(Forward, Llama3FrequencyFactors) {
+  // head_dim 16, theta 5e5, Llama 3.1's factor 8, low 1, high 4, 8192: wavelengths 2 pi 5e5^(i/8)
+  // are 6.3, 32, 167, 863 (kept), 4443 (between 2048 and 8192: smooth = (8192/4443 - 1) / 3,
+  // factor 1 / ((1 - smooth) / 8 + smooth) = 2.69453), then 2.3e4, 1.2e5, 6.1e5 (divided by 8).
+  const std::vector<float> by_hand = {1, 1, 1, 1, 2.6945297f, 8, 8, 8};
+  const auto published = published_llama3_factors(16, 500000.0, 8.0, 1.0, 4.0, 8192.0);
+  const auto got = llama3_rope_freq_factors(16, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+  ASSERT_EQ(got.size(), by_hand.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(published[i], by_hand[i], 1e-6f * by_hand[i]) << i;
+    EXPECT_NEAR(got[i], published[i], 1e-6f * published[i]) << i;
+  }
+  // A short original context (16) so most pairs are scaled within the test's 19 positions and
+  // a forward pass that ignored the factors would miss the reference by far: factor 8 for all
+  // pairs but the first (wavelength 2 pi, between 4 and 16: 1.73594).
   auto c = small_config();
   c.head_dim = 16;
   c.n_heads = 3;
   c.n_kv_heads = 1;
-  c.rope_theta = 500000.0f;
-  c.rope_freq_factors = llama3_rope_freq_factors(16, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
-  // The factors span 1 (high frequencies) to 8 (low frequencies), smoothly in between.
-  EXPECT_FLOAT_EQ(c.rope_freq_factors.front(), 1.0f);
-  EXPECT_FLOAT_EQ(c.rope_freq_factors.back(), 8.0f);
-  int smoothed = 0;
-  for (const float f : c.rope_freq_factors) smoothed += f > 1.0f && f < 8.0f;
-  EXPECT_GE(smoothed, 1);
-  // A short original context (16) so most pairs are scaled within the test's 19 positions and
-  // a forward pass that ignored the factors would miss the reference by far.
-  c.rope_freq_factors = llama3_rope_freq_factors(16, 10000.0f, 8.0f, 1.0f, 4.0f, 16);
   c.rope_theta = 10000.0f;
+  c.rope_freq_factors = published_llama3_factors(16, 10000.0, 8.0, 1.0, 4.0, 16.0);
+  EXPECT_NEAR(c.rope_freq_factors[0], 1.7359411f, 1e-6f);
+  const auto library = llama3_rope_freq_factors(16, 10000.0f, 8.0f, 1.0f, 4.0f, 16);
+  for (size_t i = 0; i < library.size(); ++i) EXPECT_NEAR(library[i], c.rope_freq_factors[i], 1e-6f) << i;
   const auto t = random_model(c, 5);
   EXPECT_LT(max_relative_error(t.model, some_tokens(19, c.vocab_size), 6, 2), 2e-5);
 }

@@ -3,6 +3,8 @@
 // the same text.
 #include <gtest/gtest.h>
 
+#include "skip_policy.hpp"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -28,7 +30,7 @@ std::pair<std::string, int> run(const std::string& args) {
 }
 
 void require_tool() {
-  if (kTool.empty() || !std::filesystem::exists(kTool)) GTEST_SKIP() << "turbokv tool not built";
+  if (kTool.empty() || !std::filesystem::exists(kTool)) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
 }
 
 }  // namespace

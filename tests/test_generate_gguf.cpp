@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/bpe_tokenizer.hpp"
+#include "forward_reference.hpp"
 #include "engine/gguf.hpp"
 #include "engine/gguf_convert.hpp"
 #include "engine/model.hpp"
@@ -237,6 +238,15 @@ void load_and_run(const Shape& s, const Written& w) {
   EXPECT_EQ(tok->vocab_size(), kBpeVocab);
   const std::string prompt = "the thin thing";
   EXPECT_EQ(tok->decode_all(tok->encode(prompt, true)), prompt);
+  if (s.type == GgmlType::F32) {
+    // The engine's logits on the loaded file against the float64 textbook forward pass of
+    // tests/forward_reference.hpp (qwen2's q/k/v biases, qwen3's per-head q/k norms and NeoX
+    // RoPE, Llama 3's rope_freqs factors, each from the equations), over 17 positions: prefill
+    // in chunks, then decode steps.
+    const auto tokens = tok->encode("the thin thing in the thin inn", true);
+    ASSERT_GE(tokens.size(), 12u);
+    EXPECT_LT(turbokv::test::max_relative_error(m, tokens, 5, 2), 2e-5) << s.arch;
+  }
   for (const char* cache : {"dense", "turboquant:bits=4"}) {
     const auto seq = greedy_sequence(m, *tok, prompt, 12, cache);
     EXPECT_GE(seq.size(), tok->encode(prompt, true).size() + 1) << cache;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -89,21 +90,29 @@ TEST(GenerateKv, EightBitCacheGivesDenseGreedyTokens) {
 }
 
 TEST(GenerateKv, FourBitTopOneAgreement) {
-  // Measured: kjv 0.96 at 4 bits; stories260K (head_dim 8, far below production) 0.73.
-  for (const auto& [name, prompt, floor] : {std::tuple{"stories260K.bin", "Once upon a time", 0.65},
-                                           std::tuple{"kjv-llama-3M.bin", "In the beginning", 0.90}}) {
+  // Floors for every configuration, from the figures printed less a margin (measured
+  // 2026-12-01; stories260K / kjv: 4 bits 0.745 / 0.959, 3 bits 0.527 / 0.964, prod 4 bits
+  // 0.558 / 0.917, 4 bits + BOS sink 0.758 / 0.970; one position is 0.6%). stories260K's
+  // head_dim 8 is far below production sizes.
+  struct Floor {
+    const char* spec;
+    double stories, kjv;
+  };
+  const Floor floors[] = {{"turboquant:bits=4", 0.65, 0.90},
+                          {"turboquant:bits=3", 0.45, 0.88},
+                          {"turboquant:bits=4,key_codec=prod", 0.48, 0.85},
+                          {"turboquant:bits=4,sinks=1", 0.68, 0.91}};
+  for (const auto& [name, prompt, is_kjv] : {std::tuple{"stories260K.bin", "Once upon a time", false},
+                                            std::tuple{"kjv-llama-3M.bin", "In the beginning", true}}) {
     const auto f = load(name);
     auto seq = f.tok->encode(prompt, true);
     const auto out = greedy_tokens(f.model, *f.tok, "dense", prompt, 160);
     seq.insert(seq.end(), out.begin(), out.end());
-    for (const char* spec : {"turboquant:bits=4", "turboquant:bits=3", "turboquant:bits=4,key_codec=prod",
-                             "turboquant:bits=4,sinks=1"}) {
-      const double agree = top1_agreement(f.model, seq, spec);
-      std::printf("[ figure ] %s %s: top-1 agreement with dense over %zu positions = %.3f\n", name, spec, seq.size(),
-                  agree);
-      if (std::string(spec) == "turboquant:bits=4") {
-        EXPECT_GE(agree, floor) << name;
-      }
+    for (const Floor& fl : floors) {
+      const double agree = top1_agreement(f.model, seq, fl.spec);
+      std::printf("[ figure ] %s %s: top-1 agreement with dense over %zu positions = %.3f\n", name, fl.spec,
+                  seq.size(), agree);
+      EXPECT_GE(agree, is_kjv ? fl.kjv : fl.stories) << name << " " << fl.spec;
     }
   }
 }
@@ -113,24 +122,27 @@ TEST(GenerateKv, EveryCacheClassRunsThroughTheSameForwardPass) {
   for (const char* spec : {"dense:dtype=f32", "turboquant:bits=2,window=8,sinks=2", "turboquant:bits=3,key_codec=prod"}) {
     EXPECT_EQ(greedy_tokens(f.model, *f.tok, spec, "Once upon a time", 20).size(), 20u) << spec;
   }
-  // Other registered classes (baselines) with their default options: they either run or refuse
-  // the shape with a turbokv::Error (e.g. a quantization group wider than head_dim 8).
+  // Every registered class with its default options on kjv-llama-3M, whose head_dim 64 every
+  // baseline fits (at stories260K's 8 they refuse the shape): each runs, and agrees with the
+  // dense cache's top-1 token on the dense greedy text at least as far as its floor.
+  const auto kjv = load("kjv-llama-3M.bin");
+  auto seq = kjv.tok->encode("In the beginning", true);
+  const auto out = greedy_tokens(kjv.model, *kjv.tok, "dense", "In the beginning", 100);
+  seq.insert(seq.end(), out.begin(), out.end());
+  // Measured (2026-12-01): dense 1.000, turboquant 0.972, q8_0 1.000, q4_0 0.963, kivi 0.963,
+  // affine 0.963 (109 positions: one is 0.9%).
+  const std::map<std::string, double> floors = {{"dense", 0.99}, {"turboquant", 0.90},
+                                                {"q8_0", 0.98}, {"q4_0", 0.91},
+                                                {"kivi", 0.91}, {"affine", 0.91}};
   int ran = 0;
   for (const auto& kind : turbokv::registered_cache_classes()) {
-    turbokv::CacheConfig config;
-    config.kind = kind;
-    try {
-      turbokv::ThreadPool pool(2);
-      Session s(f.model, turbokv::make_prompt_cache(f.model.config.n_layers, f.model.config.n_kv_heads,
-                                                    f.model.config.head_dim, config),
-                pool);
-      s.feed(f.tok->encode("Once upon a time", true));
-      Sampler greedy(SamplerOptions{0.0f, 1.0f, 0});
-      EXPECT_EQ(s.generate(10, greedy, {}).size(), 10u) << kind;
-      ++ran;
-    } catch (const turbokv::Error& e) {
-      std::printf("[ note ] cache class %s on stories260K: %s\n", kind.c_str(), e.what());
-    }
+    const auto floor = floors.find(kind);
+    if (floor == floors.end()) continue;  // a class registered at run time by another test
+    const double agree = top1_agreement(kjv.model, seq, kind);
+    std::printf("[ figure ] kjv-llama-3M %s (default options): top-1 agreement with dense over %zu positions = %.3f\n",
+                kind.c_str(), seq.size(), agree);
+    EXPECT_GE(agree, floor->second) << kind;
+    ++ran;
   }
-  EXPECT_GE(ran, 2);  // at least dense and turboquant
+  EXPECT_EQ(ran, static_cast<int>(floors.size()));
 }

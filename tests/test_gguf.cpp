@@ -419,6 +419,115 @@ TEST(GgufVocabulary, UnknownTokenTypesAreErrors) {
   }
 }
 
+// A GGUF file assembled byte by byte here from the format's specification (not by GgufWriter),
+// version 2, with the value types the writer never emits (u8, i8, u16, i16, i64, f64, arrays of
+// them), a custom alignment and F32/F16 tensors; every GgufFile accessor reads it back.
+class SpecBytes {
+ public:
+  template <typename T>
+  SpecBytes& put(T v) {
+    uint8_t b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));  // little-endian host (x86-64, AArch64)
+    bytes.insert(bytes.end(), b, b + sizeof(T));
+    return *this;
+  }
+  SpecBytes& str(const std::string& x) {
+    put<uint64_t>(x.size());
+    bytes.insert(bytes.end(), x.begin(), x.end());
+    return *this;
+  }
+  SpecBytes& key(const std::string& k, uint32_t type) { return str(k).put<uint32_t>(type); }
+  std::vector<uint8_t> bytes;
+};
+
+TEST(Gguf, ReadsASpecWrittenVersion2File) {
+  SpecBytes b;
+  b.bytes = {'G', 'G', 'U', 'F'};
+  b.put<uint32_t>(2).put<uint64_t>(2).put<uint64_t>(12);  // version 2, 2 tensors, 12 keys
+  b.key("general.architecture", 8).str("llama");
+  b.key("general.alignment", 4).put<uint32_t>(64);
+  b.key("t.u8", 0).put<uint8_t>(250);
+  b.key("t.i8", 1).put<int8_t>(-5);
+  b.key("t.u16", 2).put<uint16_t>(65000);
+  b.key("t.i16", 3).put<int16_t>(-30000);
+  b.key("t.i64", 11).put<int64_t>(-(int64_t{1} << 40));
+  b.key("t.f64", 12).put<double>(0.1);
+  b.key("t.bool", 7).put<uint8_t>(0);
+  b.key("t.u8s", 9).put<uint32_t>(0).put<uint64_t>(3).put<uint8_t>(1).put<uint8_t>(2).put<uint8_t>(255);
+  b.key("t.f64s", 9).put<uint32_t>(12).put<uint64_t>(2).put<double>(-1.5).put<double>(3.0);
+  b.key("t.strs", 9).put<uint32_t>(8).put<uint64_t>(2).str("x").str("");
+  // Tensor infos: name, n_dims, dims (row length first), ggml type (F32 0, F16 1), offset.
+  b.str("a.weight").put<uint32_t>(2).put<uint64_t>(3).put<uint64_t>(2).put<uint32_t>(0).put<uint64_t>(0);
+  b.str("b.weight").put<uint32_t>(1).put<uint64_t>(4).put<uint32_t>(1).put<uint64_t>(64);
+  while (b.bytes.size() % 64 != 0) b.bytes.push_back(0);
+  const size_t data_offset = b.bytes.size();
+  for (float x : {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}) b.put<float>(x);
+  while ((b.bytes.size() - data_offset) % 64 != 0) b.bytes.push_back(0);
+  for (uint16_t h : {0x3C00, 0xC000, 0x0000, 0x7BFF}) b.put<uint16_t>(h);  // 1, -2, 0, 65504
+  const std::string path = temp_path("spec_v2.gguf");
+  write_bytes(path, b.bytes, b.bytes.size());
+
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.data_offset(), data_offset);
+  EXPECT_EQ(f.path(), path);
+  auto keys = f.keys();
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"general.alignment", "general.architecture", "t.bool", "t.f64",
+                                            "t.f64s", "t.i16", "t.i64", "t.i8", "t.strs", "t.u16", "t.u8", "t.u8s"}));
+  EXPECT_EQ(f.value_type("t.u8"), GgufValueType::UINT8);
+  EXPECT_EQ(f.value_type("t.i16"), GgufValueType::INT16);
+  EXPECT_EQ(f.value_type("t.f64"), GgufValueType::FLOAT64);
+  EXPECT_EQ(f.value_type("t.u8s"), GgufValueType::ARRAY);
+  EXPECT_EQ(f.array_type("t.f64s"), GgufValueType::FLOAT64);
+  EXPECT_EQ(f.array_size("t.u8s"), 3u);
+  EXPECT_THROW(f.value_type("absent"), Error);
+  EXPECT_THROW(f.array_type("t.u8"), Error);
+  EXPECT_THROW(f.array_size("t.i8"), Error);
+  EXPECT_EQ(f.get_int("t.u8"), 250);
+  EXPECT_EQ(f.get_int("t.i8"), -5);
+  EXPECT_EQ(f.get_int("t.u16"), 65000);
+  EXPECT_EQ(f.get_int("t.i16"), -30000);
+  EXPECT_EQ(f.get_int("t.i64"), -(int64_t{1} << 40));
+  EXPECT_EQ(f.get_int("t.bool"), 0);  // get_int accepts bool
+  EXPECT_FALSE(f.get_bool("t.bool"));
+  EXPECT_EQ(f.get_float("t.f64"), 0.1);
+  EXPECT_EQ(f.get_float("t.i16"), -30000.0);  // and get_float integers
+  EXPECT_THROW(f.get_int("t.f64"), Error);
+  EXPECT_THROW(f.get_bool("t.u8"), Error);
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_int_array("t.u8s"), (std::vector<int64_t>{1, 2, 255}));
+  EXPECT_EQ(f.get_float_array("t.f64s"), (std::vector<float>{-1.5f, 3.0f}));
+  EXPECT_EQ(f.get_string_array("t.strs"), (std::vector<std::string>{"x", ""}));
+  EXPECT_THROW(f.get_string_array("t.u8s"), Error);
+  EXPECT_EQ(f.get_string_or("general.architecture", "z"), "llama");
+  EXPECT_EQ(f.get_string_or("absent", "z"), "z");
+  EXPECT_EQ(f.get_int_or("t.i8", 7), -5);
+  EXPECT_EQ(f.get_float_or("absent", 2.5), 2.5);
+  EXPECT_EQ(f.get_float_or("t.f64", 2.5), 0.1);
+  EXPECT_THROW(f.get_string_or("t.u8", "z"), Error);  // present with another type: not a fallback
+
+  ASSERT_EQ(f.tensors().size(), 2u);
+  const auto* a = f.find_tensor("a.weight");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->type, GgmlType::F32);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(a->nbytes, 24u);
+  EXPECT_EQ(a->offset, 0u);
+  EXPECT_EQ(static_cast<const float*>(a->data)[4], 5.0f);
+  const WeightMatrix m = f.matrix("a.weight");
+  EXPECT_EQ(m.rows, 2);
+  EXPECT_EQ(m.cols, 3);
+  const auto* h = f.find_tensor("b.weight");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->type, GgmlType::F16);
+  EXPECT_EQ(h->offset, 64u);
+  EXPECT_EQ(h->nbytes, 8u);
+  EXPECT_EQ(static_cast<const uint16_t*>(h->data)[3], 0x7BFF);
+  std::remove(path.c_str());
+}
+
 TEST(Gguf, MissingFileIsAnError) { EXPECT_THROW(GgufFile::open(temp_path("does_not_exist.gguf")), Error); }
 
 }  // namespace

@@ -138,6 +138,23 @@ TEST_P(CachePolicy, HugeFiniteValuesAreRejectedOrStoredFinite) {
     const Snapshot after = snapshot(*cache_);
     EXPECT_TRUE(all_finite(after.keys)) << GetParam() << " stored Inf/NaN keys for " << magnitude;
     EXPECT_TRUE(all_finite(after.values)) << GetParam() << " stored Inf/NaN values for " << magnitude;
+    if (std::string(GetParam()) == "dense32") {
+      // f32 storage holds every finite float: all three tokens come back bit-exact, the huge
+      // elements included (head 0: key token 40 element 5, value token 41 element 2).
+      const size_t n = before.size + 3;
+      for (int h = 0; h < kHeads; ++h) {
+        for (size_t t = 0; t < 3; ++t) {
+          for (int i = 0; i < kDim; ++i) {
+            const size_t in = (static_cast<size_t>(h) * 3 + t) * kDim + i;
+            const size_t at = (static_cast<size_t>(h) * n + before.size + t) * kDim + i;
+            ASSERT_EQ(after.keys[at], k[in]) << magnitude << " " << h << " " << t << " " << i;
+            ASSERT_EQ(after.values[at], v[in]) << magnitude << " " << h << " " << t << " " << i;
+          }
+        }
+      }
+      EXPECT_EQ(after.keys[(before.size + 0) * kDim + 5], magnitude);
+      EXPECT_EQ(after.values[(before.size + 1) * kDim + 2], -magnitude);
+    }
     cache_->trim(3);
   }
 }
@@ -184,11 +201,22 @@ TEST_P(CachePolicy, BadAttentionRequestsAreRejected) {
   EXPECT_THROW(attend(q, kHeads, 1, *empty, out), Error);
   std::vector<float> nan_q = q;
   nan_q[3] = std::numeric_limits<float>::quiet_NaN();
-  // A NaN query is the caller's own problem but must not crash; whatever comes out stays in out.
+  // A NaN query is the caller's own problem but must not crash: either an Error, or only its own
+  // head's output is touched (the other head's equals what the clean query gives) and the cache
+  // is unchanged.
+  const Snapshot before = snapshot(*cache_);
+  std::vector<float> clean(q.size());
+  attend(q, kHeads, 1, *cache_, clean);
+  for (float x : clean) ASSERT_TRUE(std::isfinite(x)) << GetParam();
+  std::vector<float> with_nan(q.size(), 0.0f);
   try {
-    attend(nan_q, kHeads, 1, *cache_, out);
+    attend(nan_q, kHeads, 1, *cache_, with_nan);
+    for (int i = kDim; i < 2 * kDim; ++i) {  // nan_q[3] is in head 0; head 1 is untouched by it
+      EXPECT_EQ(with_nan[static_cast<size_t>(i)], clean[static_cast<size_t>(i)]) << GetParam() << " " << i;
+    }
   } catch (const Error&) {
   }
+  expect_unchanged(*cache_, before);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllClasses, CachePolicy, ::testing::ValuesIn(kConfigs),
@@ -383,11 +411,11 @@ TEST(InputPolicy, DenseStateWithNonFiniteValuesNeedsTheRecordedOptIn) {
   }
 }
 
-// OPEN (reported to the cache owner): TurboQuantKVCache's constructor allocates its sink
-// buffers eagerly, kv_heads * options.sinks * head_dim floats each, and from_state takes sinks
-// (<= 2^24), kv_heads (<= 4096) and head_dim (<= 8192) from the file: a file of a few hundred
-// bytes with no tokens asks for up to 2^49 floats (std::bad_alloc or the OOM killer, not a
-// turbokv::Error). Enable once the sink buffers grow with the tokens actually held.
+// TurboQuantKVCache's constructor allocates its sink buffers eagerly (kv_heads * sinks * head_dim
+// floats each) and from_state takes sinks (<= 2^24), kv_heads and head_dim from the file: the
+// constructor caps that allocation (256 MiB), so a huge sink option is a turbokv::Error, never
+// std::bad_alloc or the OOM killer. (The whole file's commitment, over all its layers, is bounded
+// by the loader: test_cache_io.cpp, WholeFileCommitmentIsBoundedByItsSize.)
 TEST(InputPolicy, TurboQuantStateWithHugeSinkOptionDoesNotAllocateIt) {
   TurboQuantCacheOptions o;
   o.sinks = 4;

@@ -97,9 +97,24 @@ TEST(Llama2c, SeparateClassifierAndTensorOrder) {
 }
 
 TEST(Llama2c, SharedClassifierWithOrWithoutRopeTables) {
+  // The legacy RoPE tables after the final norm are optional (readers skip them): both files
+  // give the same model, with the classifier shared with the token embedding (vocab > 0).
   Header h;
-  EXPECT_NO_THROW(load_llama2c(write_checkpoint("with.bin", h, body_for(h, true))));
-  EXPECT_NO_THROW(load_llama2c(write_checkpoint("without.bin", h, body_for(h, false))));
+  const auto with_body = body_for(h, true), without_body = body_for(h, false);
+  const int64_t head = h.dim / h.n_heads;
+  ASSERT_EQ(with_body.size(), without_body.size() + static_cast<size_t>(h.seq_len * head));
+  const Model with = load_llama2c(write_checkpoint("with.bin", h, with_body));
+  const Model without = load_llama2c(write_checkpoint("without.bin", h, without_body));
+  for (const Model* m : {&with, &without}) {
+    EXPECT_TRUE(m->config.tied_embeddings);
+    EXPECT_EQ(m->output.data, m->token_embedding.data);
+    EXPECT_EQ(m->config.vocab_size, h.vocab);
+    EXPECT_EQ(m->config.seq_len, h.seq_len);
+    EXPECT_FLOAT_EQ(static_cast<const float*>(m->token_embedding.data)[5], without_body[5]);
+    // The final norm is the last dim floats before the (optional) tables.
+    EXPECT_FLOAT_EQ(m->final_norm[0], without_body[without_body.size() - static_cast<size_t>(h.dim)]);
+    EXPECT_FLOAT_EQ(m->final_norm[h.dim - 1], without_body.back());
+  }
 }
 
 TEST(Llama2c, BadHeaderFieldsAreNamed) {

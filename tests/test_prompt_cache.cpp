@@ -2,6 +2,8 @@
 // codec checksum verification, TurboQuant-specific broken states, make_prompt_cache and cache
 // config strings.
 #include <gtest/gtest.h>
+
+#include "skip_policy.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -274,7 +276,7 @@ int run_command(const std::string& command, std::string* output) {
 
 TEST(CacheCli, BenchSavesAFileThatInfoDescribes) {
   const std::string tool = TURBOKV_TOOL_PATH;
-  if (tool.empty() || !std::filesystem::exists(tool)) GTEST_SKIP() << "turbokv tool not built";
+  if (tool.empty() || !std::filesystem::exists(tool)) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("turbokv_test_cli_" + std::to_string(::getpid()) + ".safetensors"))
                                .string();

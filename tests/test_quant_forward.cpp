@@ -5,6 +5,8 @@
 // Q8_0 activations (AVX2) it is bounded by the activation rounding.
 #include <gtest/gtest.h>
 
+#include "skip_policy.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -63,7 +65,7 @@ class QuantForward : public testing::TestWithParam<std::string> {};
 
 TEST_P(QuantForward, KjvLogitsMatchTheDequantizedReference) {
   if (!std::filesystem::exists(kCheckpoint) || !std::filesystem::exists(kTokenizer)) {
-    GTEST_SKIP() << "kjv-llama-3M.bin / tok512.bin not in " << kModels;
+    TURBOKV_SKIP_MISSING() << "kjv-llama-3M.bin / tok512.bin not in " << kModels;
   }
   const std::string path = testing::TempDir() + "turbokv_test_quant_forward_" + GetParam() + ".gguf";
   ConvertOptions options;

@@ -3,6 +3,7 @@
 // layout, exact nbytes formula and compression ratios, conversion from a dense cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -375,16 +376,58 @@ TEST(TurboQuantKVCache, TrimWithWindow) {
   const size_t n = 40, W = 8, S = 2;
   const auto k = random_tensor(H * n * D, 12), v = random_tensor(H * n * D, 13);
   const auto junk = random_tensor(H * 5 * D, 14);
-  // A trim inside the window, then appending, equals never having appended.
-  TurboQuantKVCache a(H, D, opts(3, 3, W, S, 8)), b(H, D, opts(3, 3, W, S, 8));
+  // Appending 5 tokens and trimming them again leaves the first n tokens as they would be had the
+  // 5 never been appended, except that the 5 window tokens they pushed out stay compressed:
+  // the codes equal, byte for byte, those of a cache that holds the 5 (e), the first n - S - W
+  // of them those of a cache that never saw them (b); sinks and the rest of the window are exact.
+  TurboQuantKVCache a(H, D, opts(3, 3, W, S, 8)), b(H, D, opts(3, 3, W, S, 8)),
+      e(H, D, opts(3, 3, W, S, 8));
   a.append(k, v, n);
   a.append(junk, junk, 5);  // pushes 5 of the window's tokens into compressed storage...
   a.trim(5);
   // ...which stay compressed: the window now holds W - 5 tokens.
   EXPECT_EQ(a.window_size(), W - 5);
   EXPECT_EQ(a.compressed_size(), n - S - W + 5);
+  EXPECT_EQ(a.size(), n);
   b.append(k, v, n);
-  EXPECT_EQ(fetch_all(a).keys.size(), fetch_all(b).keys.size());
+  e.append(k, v, n);
+  e.append(junk, junk, 5);
+  const CacheState sa = a.save_state(), sb = b.save_state(), se = e.save_state();
+  auto tensor = [](const CacheState& st, const std::string& name) -> const TensorBlob& {
+    for (const TensorBlob& t : st.tensors) if (t.name == name) return t;
+    throw Error("no tensor " + name);
+  };
+  for (const char* name : {"key_codes", "value_codes"}) {
+    const TensorBlob &ta = tensor(sa, name), &tb = tensor(sb, name), &te = tensor(se, name);
+    EXPECT_EQ(ta.shape, te.shape) << name;
+    EXPECT_TRUE(ta.data == te.data) << name;
+    const size_t cs = static_cast<size_t>(ta.shape[2]);
+    ASSERT_EQ(static_cast<size_t>(tb.shape[1]), n - S - W);
+    for (int h = 0; h < H; ++h) {  // per head, b's codes are a prefix of a's
+      EXPECT_TRUE(std::equal(tb.data.begin() + h * (n - S - W) * cs, tb.data.begin() + (h + 1) * (n - S - W) * cs,
+                             ta.data.begin() + h * (n - S - W + 5) * cs)) << name << " head " << h;
+    }
+  }
+  for (const char* name : {"sink_keys", "sink_values"}) {
+    EXPECT_TRUE(tensor(sa, name).data == tensor(sb, name).data) << name;
+  }
+  const Fetched fa = fetch_all(a), fb = fetch_all(b), fe = fetch_all(e);
+  for (int h = 0; h < H; ++h) {
+    for (size_t t = 0; t < n; ++t) {
+      for (size_t i = 0; i < static_cast<size_t>(D); ++i) {
+        const size_t at = (h * n + t) * D + i;
+        if (t >= n - (W - 5)) {  // still in the window: exact
+          ASSERT_EQ(fa.keys[at], k[at]) << h << " " << t;
+          ASSERT_EQ(fa.values[at], v[at]) << h << " " << t;
+        } else if (t >= n - W) {  // pushed out and compressed: as in e
+          ASSERT_EQ(fa.keys[at], fe.keys[(h * (n + 5) + t) * D + i]) << h << " " << t;
+        } else {  // sinks and older compressed tokens: as in b
+          ASSERT_EQ(fa.keys[at], fb.keys[at]) << h << " " << t;
+          ASSERT_EQ(fa.values[at], fb.values[at]) << h << " " << t;
+        }
+      }
+    }
+  }
   // Newest tokens come off first; compressed tokens are trimmed once the window is empty.
   TurboQuantKVCache c(H, D, opts(3, 3, W, S, 8));
   c.append(k, v, n);
@@ -479,8 +522,14 @@ TEST(TurboQuantKVCache, ConversionFromDenseIsBitIdentical) {
     TurboQuantKVCache direct(H, D, o);
     direct.append(fd.keys, fd.values, n);
     expect_identical(*converted, direct);
+    // From a non-dense cache: its fetched (decoded) values are encoded, exactly as appending
+    // them to a fresh cache would.
     const auto generic = to_turboquant(static_cast<const KVCache&>(*converted), o);
     EXPECT_EQ(generic->size(), n);
+    const Fetched fc = fetch_all(*converted);
+    TurboQuantKVCache reencoded(H, D, o);
+    reencoded.append(fc.keys, fc.values, n);
+    expect_identical(*generic, reencoded);
   }
 }
 

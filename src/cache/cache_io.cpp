@@ -10,12 +10,22 @@
 #include "cache/safetensors.hpp"
 #include "core/check.hpp"
 #include "turbokv/checksum.hpp"
+#include "turbokv/dense_cache.hpp"
+#include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv {
 namespace {
 
 constexpr const char* kFormatName = "turbokv.prompt_cache";
 constexpr size_t kMaxLayers = 65536;
+// What loading a file may commit, all layers together: kCommitAllowance plus kCommitPerFileByte
+// per byte of the file. A layer's buffers can exceed the data its file holds (TurboQuant sink
+// capacity is allocated up front, up to 256 MiB per layer; a page is allocated whole), so without
+// a whole-file bound a file of a few KiB with many empty layers could commit 256 MiB per layer.
+// The allowance covers honest slack (one partial page per layer: 80 layers of 1-token dense fp16
+// pages of 256 tokens x 8 heads x 128 are 80 MiB); data-proportional memory is far below 16x.
+constexpr uint64_t kCommitAllowance = uint64_t{256} << 20;
+constexpr uint64_t kCommitPerFileByte = 16;
 // Format version 2 keys: "checksum.meta.<key>" covers metadata key <key> and its value,
 // "checksum.tensor.<name>" covers tensor <name>'s bytes (see cache_io.hpp).
 const std::string kMetaChecksumPrefix = "checksum.meta.";
@@ -179,9 +189,20 @@ Layout parse_layout(const safetensors::Reader& reader) {
   return layout;
 }
 
+// Memory a loaded layer holds: its allocation where the class reports one (spare page and sink
+// capacity included), else its data.
+uint64_t committed_bytes(const KVCache& layer) {
+  if (const auto* tq = dynamic_cast<const TurboQuantKVCache*>(&layer)) return tq->allocated_bytes();
+  if (const auto* dense = dynamic_cast<const DenseKVCache*>(&layer)) return dense->allocated_bytes();
+  return layer.nbytes();
+}
+
 PromptCache load_from_reader(const safetensors::Reader& reader) {
   const Layout layout = parse_layout(reader);
   if (layout.version < 2) warn_unchecked(reader.source_name());
+  const uint64_t file_bytes = reader.source_size();
+  const uint64_t commit_limit = kCommitAllowance + kCommitPerFileByte * file_bytes;
+  uint64_t committed = 0;
   PromptCache cache;
   cache.metadata() = layout.user;
   for (size_t i = 0; i < layout.layer_metadata.size(); ++i) {
@@ -196,11 +217,20 @@ PromptCache load_from_reader(const safetensors::Reader& reader) {
                       checksum_hex(*t.checksum), checksum_hex(actual));
       }
     }
+    std::unique_ptr<KVCache> layer;
     try {
-      cache.add_layer(load_kv_cache(state));
+      layer = load_kv_cache(state);
     } catch (const Error& e) {
       detail::fail("'{}': layer {}: {}", reader.source_name(), i, e.what());
     }
+    // Checked as each layer is built, so what is committed before the refusal is at most the
+    // limit plus one layer (whose own size the per-class caps bound).
+    committed += committed_bytes(*layer);
+    TURBOKV_CHECK(committed <= commit_limit, "'{}': layers 0-{} would hold {} MiB, more than "
+                  "{} MiB for a file of {} bytes (the file asks for buffers its data cannot fill: "
+                  "it is damaged or hostile)", reader.source_name(), i, committed >> 20,
+                  commit_limit >> 20, file_bytes);
+    cache.add_layer(std::move(layer));
   }
   return cache;
 }

@@ -69,6 +69,7 @@ class Reader {
   TensorBlob read(const TensorInfo& info, const std::string& as_name,
                   uint64_t* checksum = nullptr) const;
   const std::string& source_name() const { return source_->name(); }
+  uint64_t source_size() const { return source_->size(); }
 
  private:
   std::unique_ptr<Source> source_;

@@ -81,11 +81,13 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   min_chunk = std::max<size_t>(1, min_chunk);
   const size_t max_chunks = std::max<size_t>(1, n / min_chunk);
   const size_t chunks = std::min<size_t>(static_cast<size_t>(size()), max_chunks);
-  const size_t per_chunk = (n + chunks - 1) / chunks;
+  // Balanced chunks (sizes differ by at most one), so each holds at least n / chunks >= min_chunk
+  // items; ceil(n / chunks) per chunk would leave a short last one (10 in 3: 4, 4, 2).
+  const size_t base = n / chunks, extra = n % chunks;
   run_tasks(chunks, [&](size_t c) {
-    const size_t begin = c * per_chunk;
-    const size_t end = std::min(n, begin + per_chunk);
-    if (begin < end) fn(begin, end);
+    const size_t begin = c * base + std::min(c, extra);
+    const size_t end = begin + base + (c < extra ? 1 : 0);
+    fn(begin, end);
   });
 }
 

@@ -1,7 +1,7 @@
 // End-to-end tests of `turbokv serve` with the official OpenAI client (npm `openai`, pinned in
 // package-lock.json) and raw HTTP for malformed input. Each server is started on 127.0.0.1 with
 // an ephemeral port and stopped (SIGTERM, checked to exit 0) at the end. Every request has a
-// timeout. Run: node --test tests/e2e/ (ctest runs it; TURBOKV_TOOL names the binary).
+// timeout. Run: node --test tests/e2e/server.test.mjs (ctest runs it; TURBOKV_TOOL names the binary).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
