@@ -87,8 +87,9 @@ KVConfigSpec parse_turboquant(const std::string& name) {
       tq.rotation = RotationKind::haar;
     } else if (flag == "x16") {
       tq.exact_dtype = DenseDtype::f16;
+    } else if (flag == "plain") {  // tq4-plain, tq3.5-plain: the uniform codec the bare names once meant
     } else {
-      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16)",
+      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16, -plain)",
                    name, flag);
     }
     pos = end;
@@ -165,7 +166,43 @@ AffineOptions affine_options(const CacheConfig& c) {
   return o;
 }
 
+// The description of a mixed scheme, e.g. "TurboQuant keys 3b values 3b; layers 0, -1: keys 4b
+// values 3.5b; 1 sink and newest 4 exact (fp16)".
+std::string scheme_description(const CacheConfig& c) {
+  std::string d = fmt::format("TurboQuant mixed: keys {} values {}", bits_text(c.tq.key_bits), bits_text(c.tq.value_bits));
+  for (const LayerBits& lb : c.layer_bits) {
+    d += fmt::format("; layer {}: keys {} values {}", lb.layer, bits_text(lb.key_bits), bits_text(lb.value_bits));
+  }
+  d += fmt::format("; {} sink and newest {} exact (fp16)", c.tq.sinks, c.tq.window);
+  return d;
+}
+
 }  // namespace
+
+std::optional<CacheConfig> turboquant_scheme(double bits) {
+  // Chosen from per-layer, keys-vs-values measurements on kjv-llama-3M (docs/benchmarks.md,
+  // "Where the KL comes from"; scripts/kl-sources.sh): the newest 8 tokens in fp16 take out most
+  // of the error of the tokens a position attends to most, and the last layer's keys (then the
+  // first layer's) pay the most per bit. No width above 4, so every layer's fused attention
+  // reads at most plain tq4's bytes per token.
+  CacheConfig c;
+  c.kind = "turboquant";
+  c.tq.sinks = 1;
+  c.tq.window = 8;
+  c.tq.exact_dtype = DenseDtype::f16;
+  if (bits == 3.5) {  // 3.46 bits/value at 256 positions, everything counted
+    c.tq.key_bits = 2.5;
+    c.tq.value_bits = 2.5;
+    c.layer_bits = {{0, 3, 2.5}, {-1, 4, 2.5}};
+  } else if (bits == 4) {  // 4.18 bits/value at 256 positions
+    c.tq.key_bits = 3;
+    c.tq.value_bits = 3;
+    c.layer_bits = {{0, 4, 4}, {-1, 4, 4}};
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
 
 KVConfigSpec parse_kv_config(const std::string& name) {
   TURBOKV_CHECK(!name.empty(), "configuration name is empty");
@@ -218,12 +255,17 @@ KVConfigSpec parse_kv_config(const std::string& name) {
     spec.description = fmt::format("mlx-lm affine {}-bit (groups of 64, fp16 scale and bias)", bits);
     return spec;
   }
+  if (name == "tq3.5" || name == "tq4") {
+    c = *turboquant_scheme(name == "tq4" ? 4.0 : 3.5);
+    spec.description = scheme_description(c);
+    return spec;
+  }
   if (starts_with(name, "tq") || starts_with(name, "prod") ||
       (name.size() > 1 && name[0] == 'k' && std::isdigit(static_cast<unsigned char>(name[1])))) {
     return parse_turboquant(name);
   }
   detail::fail("unknown configuration '{}' (known: dense16, dense32, tq<bits>, k<bits>v<bits>, "
-               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
+               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16][-plain], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
                "kivi4, affine4, affine8, or kind:key=value,...)",
                name);
 }
