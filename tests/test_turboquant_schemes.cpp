@@ -1,8 +1,8 @@
-// The mixed TurboQuant schemes behind the names tq3.5 and tq4 (issue 14): per-layer widths
-// (layer_bits, negative indices from the last layer), fp16 sink and newest tokens. What they
-// promise: the bits/value their names say with everything counted, a saved file that decodes
-// alone, the fused attention reading every layer's codes, bad configurations and damaged
-// files refused.
+// The TurboQuant schemes behind the names tq3.5 and tq4 (issue 14: codes plus an fp16 sink and
+// window of newest tokens) and per-layer widths (layer_bits, negative indices from the last
+// layer). What they promise: the bits/value their names say with everything counted, a saved
+// file that decodes alone, the fused attention reading every layer's codes, bad configurations
+// and damaged files refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +24,8 @@ namespace {
 
 // kjv-llama-3M's shape: 4 layers of 2 kv heads x 64, 4 query heads.
 constexpr int kLayers = 4, kKvHeads = 2, kQHeads = 4, kDim = 64;
+// Per-layer widths: the first and the last layer wider than the others.
+constexpr const char* kMixed = "turboquant:key_bits=3,value_bits=2.5,layer_bits=0k3v3;-1k4v3,sinks=1,window=4,exact=f16";
 
 std::vector<float> gaussian(size_t n, uint64_t seed, float scale = 1.0f) {
   SplitMix64 rng(seed);
@@ -59,12 +61,19 @@ const TurboQuantKVCache& tq_layer(const PromptCache& cache, size_t l) {
 TEST(TurboQuantSchemes, NamesAndPlainVariants) {
   const KVConfigSpec s35 = parse_kv_config("tq3.5");
   ASSERT_EQ(s35.config.kind, "turboquant");
-  EXPECT_FALSE(s35.config.layer_bits.empty());
   EXPECT_EQ(s35.config.tq.exact_dtype, DenseDtype::f16);
   EXPECT_GE(s35.config.tq.sinks, 1u);
-  EXPECT_NE(s35.description.find("layer"), std::string::npos) << s35.description;
+  EXPECT_GE(s35.config.tq.window, 1u);
+  EXPECT_LE(s35.config.tq.key_bits, 4);
+  EXPECT_NE(s35.description.find("newest"), std::string::npos) << s35.description;
   const KVConfigSpec s4 = parse_kv_config("tq4");
-  EXPECT_FALSE(s4.config.layer_bits.empty());
+  EXPECT_GE(s4.config.tq.window, 1u);
+  // No code width above plain tq4's (the fused attention reads no more bytes per token).
+  for (const auto& spec : {s35, s4}) {
+    EXPECT_LE(spec.config.tq.key_bits, 4);
+    EXPECT_LE(spec.config.tq.value_bits, 4);
+    for (const LayerBits& lb : spec.config.layer_bits) EXPECT_LE(std::max(lb.key_bits, lb.value_bits), 4);
+  }
   EXPECT_EQ(turboquant_scheme(3.5)->layer_bits, s35.config.layer_bits);
   EXPECT_FALSE(turboquant_scheme(3).has_value());
   EXPECT_FALSE(turboquant_scheme(4.5).has_value());
@@ -81,13 +90,15 @@ TEST(TurboQuantSchemes, NamesAndPlainVariants) {
 }
 
 TEST(TurboQuantSchemes, LongFormLayerBitsRoundTripAndBadValuesFail) {
-  const CacheConfig c = parse_cache_config("turboquant:key_bits=3,value_bits=2.5,layer_bits=0k3v3;-1k4v3,sinks=1,window=4,exact=f16");
+  const CacheConfig c = parse_cache_config(kMixed);
   ASSERT_EQ(c.layer_bits.size(), 2u);
   EXPECT_EQ(c.layer_bits[1].layer, -1);
   EXPECT_EQ(c.layer_bits[1].key_bits, 4);
   EXPECT_EQ(parse_cache_config(format_cache_config(c)).layer_bits, c.layer_bits);
-  EXPECT_EQ(parse_cache_config(format_cache_config(*turboquant_scheme(4))).layer_bits,
-            turboquant_scheme(4)->layer_bits);
+  const CacheConfig s4 = parse_cache_config(format_cache_config(*turboquant_scheme(4)));
+  EXPECT_EQ(s4.tq.window, turboquant_scheme(4)->tq.window);
+  EXPECT_EQ(s4.tq.value_bits, turboquant_scheme(4)->tq.value_bits);
+  EXPECT_EQ(s4.tq.exact_dtype, DenseDtype::f16);
   for (const char* bad : {"turboquant:layer_bits=0k4", "turboquant:layer_bits=0k9v4", "turboquant:layer_bits=xk4v4",
                           "turboquant:layer_bits=0k4v3.3", "turboquant:layer_bits=0k4v4;", "dense:layer_bits=0k4v4",
                           "turboquant:layer_bits=0v4k4"}) {
@@ -103,20 +114,22 @@ TEST(TurboQuantSchemes, LongFormLayerBitsRoundTripAndBadValuesFail) {
 }
 
 TEST(TurboQuantSchemes, EachLayerGetsItsWidths) {
-  const PromptCache cache = make_prompt_cache(kLayers, kKvHeads, kDim, *turboquant_scheme(3.5));
-  const CacheConfig scheme = *turboquant_scheme(3.5);
-  EXPECT_EQ(tq_layer(cache, 0).options().key_bits, scheme.layer_bits[0].key_bits);
-  EXPECT_EQ(tq_layer(cache, 3).options().key_bits, scheme.layer_bits[1].key_bits);
-  EXPECT_EQ(tq_layer(cache, 3).options().value_bits, scheme.layer_bits[1].value_bits);
+  const CacheConfig mixed = parse_cache_config(kMixed);
+  const PromptCache cache = make_prompt_cache(kLayers, kKvHeads, kDim, mixed);
+  EXPECT_EQ(tq_layer(cache, 0).options().key_bits, 3);
+  EXPECT_EQ(tq_layer(cache, 0).options().value_bits, 3);
+  EXPECT_EQ(tq_layer(cache, 3).options().key_bits, 4);
+  EXPECT_EQ(tq_layer(cache, 3).options().value_bits, 3);
   for (size_t l : {1, 2}) {
-    EXPECT_EQ(tq_layer(cache, l).options().key_bits, scheme.tq.key_bits);
-    EXPECT_EQ(tq_layer(cache, l).options().value_bits, scheme.tq.value_bits);
+    EXPECT_EQ(tq_layer(cache, l).options().key_bits, 3);
+    EXPECT_EQ(tq_layer(cache, l).options().value_bits, 2.5);
   }
   // layer_cache_config: dense_layers win over layer_bits.
-  CacheConfig mixed = scheme;
-  mixed.dense_layers = {0};
-  EXPECT_EQ(layer_cache_config(mixed, 0, kLayers).kind, "dense");
-  EXPECT_EQ(layer_cache_config(mixed, 3, kLayers).tq.key_bits, scheme.layer_bits[1].key_bits);
+  CacheConfig with_dense = mixed;
+  with_dense.dense_layers = {0};
+  EXPECT_EQ(layer_cache_config(with_dense, 0, kLayers).kind, "dense");
+  EXPECT_EQ(layer_cache_config(with_dense, 3, kLayers).tq.key_bits, 4);
+  EXPECT_TRUE(layer_cache_config(with_dense, 3, kLayers).layer_bits.empty());
 }
 
 // Everything counted (codes, norms, fp16 sink and window) at the eval's 256 positions.
@@ -139,7 +152,7 @@ TEST(TurboQuantSchemes, BitsPerValueWithinTheirBudgets) {
 }
 
 TEST(TurboQuantSchemes, SaveLoadRoundTripIsBitExact) {
-  for (const char* name : {"tq3.5", "tq4"}) {
+  for (const char* name : {"tq3.5", "tq4", kMixed}) {
     PromptCache cache = make_prompt_cache(kLayers, kKvHeads, kDim, parse_kv_config(name).config);
     fill(cache, 300, 21);  // two pages of codes at page_tokens 256, a full window
     const std::vector<uint8_t> bytes = serialize_prompt_cache(cache);
@@ -165,7 +178,7 @@ TEST(TurboQuantSchemes, SaveLoadRoundTripIsBitExact) {
 // A damaged width is refused: in a file by its checksum, in a layer's state (checksums
 // recomputed or not in play) by the code sizes it implies.
 TEST(TurboQuantSchemes, DamagedWidthsAreRejected) {
-  PromptCache cache = make_prompt_cache(kLayers, kKvHeads, kDim, parse_kv_config("tq4").config);
+  PromptCache cache = make_prompt_cache(kLayers, kKvHeads, kDim, parse_cache_config(kMixed));
   fill(cache, 100, 31);
   std::vector<uint8_t> bytes = serialize_prompt_cache(cache);
   const std::string key = "\"layers.3.key_bits\":\"4\"";
@@ -174,7 +187,7 @@ TEST(TurboQuantSchemes, DamagedWidthsAreRejected) {
   *(at + static_cast<std::ptrdiff_t>(key.size()) - 2) = '3';
   EXPECT_THROW(parse_prompt_cache(bytes), Error);
 
-  for (const auto& [field, value] : {std::pair{"key_bits", "3"}, std::pair{"value_bits", "2.5"}}) {
+  for (const auto& [field, value] : {std::pair{"key_bits", "3"}, std::pair{"value_bits", "2.5"}, std::pair{"key_bits", "4.5"}}) {
     CacheState state = cache.layer(3).save_state();
     state.metadata[field] = value;
     EXPECT_THROW(load_kv_cache(state), Error) << field << "=" << value;
@@ -184,7 +197,7 @@ TEST(TurboQuantSchemes, DamagedWidthsAreRejected) {
 // The fused kernels read every layer's codes (half widths, fp16 sink and window) and agree
 // with attention over the dequantized keys and values.
 TEST(TurboQuantSchemes, FusedAttentionMatchesDequantizeThenAttend) {
-  for (const char* name : {"tq3.5", "tq4"}) {
+  for (const char* name : {"tq3.5", "tq4", kMixed}) {
     PromptCache cache = make_prompt_cache(kLayers, kKvHeads, kDim, parse_kv_config(name).config);
     fill(cache, 300, 41);
     const int n_queries = 3;

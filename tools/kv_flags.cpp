@@ -56,8 +56,8 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
   config.tq.window = a.kv_window.value_or(32);
   config.tq.sinks = a.kv_sinks.value_or(1);
   config.tq.exact_dtype = a.kv_exact ? parse_dense_dtype(*a.kv_exact) : default_exact;
-  // --kv-bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their per-layer widths;
-  // the exact sinks and window stay this tool's (flags and defaults above).
+  // --kv-bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their code widths (and
+  // per-layer widths, if any); the exact sinks and window stay this tool's (flags, defaults).
   if (a.kv_bits && config.tq.key_codec == TurboQuantCodecKind::mse) {
     if (const auto scheme = turboquant_scheme(*a.kv_bits)) {
       config.tq.key_bits = scheme->tq.key_bits;

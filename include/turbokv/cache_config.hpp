@@ -4,8 +4,8 @@
 // Grammar (case-sensitive; a list is comma-separated):
 //   dense16 | dense32                     DenseKVCache, fp16 / f32
 //   tq3.5 | tq4                           the best measured TurboQuant scheme within 3.5 / 4.25
-//                                         bits per value, everything counted (turboquant_scheme:
-//                                         widths per layer, fp16 sink and newest tokens)
+//                                         bits per value at 256 positions, everything counted
+//                                         (turboquant_scheme: k3v2s1w12-x16, k3v3s1w18-x16)
 //   tq<B>                                 TurboQuant MSE, keys and values at B bits (1..8, or a
 //                                         half width like 2.5, 3.5); tq3.5-plain and tq4-plain
 //                                         (or k3.5v3.5, k4v4) are the uniform codecs the bare
@@ -53,7 +53,8 @@ struct KVConfigSpec {
 
 // The measured best scheme within a budget, for the budgets that have one: 3.5 (the name tq3.5)
 // and 4 (tq4: within 4.25 bits/value everything counted); nullopt for other widths.
-// `--kv-bits 3.5` / `--kv-bits 4` (generate, serve) take its per-layer widths.
+// `--kv-bits 3.5` / `--kv-bits 4` (generate, serve) take its code widths (keys, values, any
+// layer_bits); their sinks and window stay the tools' own.
 std::optional<CacheConfig> turboquant_scheme(double bits);
 
 // Throws turbokv::Error naming the problem for an unknown or malformed name.
