@@ -57,12 +57,14 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
   config.tq.sinks = a.kv_sinks.value_or(1);
   config.tq.exact_dtype = a.kv_exact ? parse_dense_dtype(*a.kv_exact) : default_exact;
   // --kv-bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their code widths (and
-  // per-layer widths, if any); the exact sinks and window stay this tool's (flags, defaults).
+  // per-layer widths, if any) and fp16 exact tokens unless --kv-exact says otherwise; how many
+  // sinks and window tokens stay this tool's (flags, defaults).
   if (a.kv_bits && config.tq.key_codec == TurboQuantCodecKind::mse) {
     if (const auto scheme = turboquant_scheme(*a.kv_bits)) {
       config.tq.key_bits = scheme->tq.key_bits;
       config.tq.value_bits = scheme->tq.value_bits;
       config.layer_bits = scheme->layer_bits;
+      if (!a.kv_exact) config.tq.exact_dtype = scheme->tq.exact_dtype;
     }
   }
   return config;
