@@ -25,6 +25,6 @@ for ((l = 0; l < layers; ++l)); do
     done
     json=$("$build/turbokv" eval --model "$model" --text "$text" --max-tokens 2040 --threads 2 --no-progress --json --kv "${list#,}")
     printf '%-6s %-6s' "$l" "$part"
-    python3 -c 'import json,sys; print("".join(f" {r[\"kl\"]:8.2e}" for r in json.load(sys.stdin)["rows"]))' <<<"$json"
+    python3 -c 'import json,sys; print("".join(" %8.2e" % r["kl"] for r in json.load(sys.stdin)["rows"]))' <<<"$json"
   done
 done
