@@ -58,8 +58,9 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
   config.tq.exact_dtype = a.kv_exact ? parse_dense_dtype(*a.kv_exact) : default_exact;
   // --kv-bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their code widths (and
   // per-layer widths, if any) and fp16 exact tokens unless --kv-exact says otherwise; how many
-  // sinks and window tokens stay this tool's (flags, defaults).
-  if (a.kv_bits && config.tq.key_codec == TurboQuantCodecKind::mse) {
+  // sinks and window tokens stay this tool's (flags, defaults). The schemes spend part of the
+  // budget on the window: without one (--kv-window 0) the bits go to plain codes instead.
+  if (a.kv_bits && config.tq.key_codec == TurboQuantCodecKind::mse && config.tq.window > 0) {
     if (const auto scheme = turboquant_scheme(*a.kv_bits)) {
       config.tq.key_bits = scheme->tq.key_bits;
       config.tq.value_bits = scheme->tq.value_bits;
