@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include <map>
 #include <random>
+#include <string>
 
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
@@ -23,11 +25,12 @@ size_t allocated_bytes(const PromptCache& cache) {
   return total;
 }
 
-KvFootprint::KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens,
-                         size_t chunk)
-    : n_layers_(n_layers), kv_heads_(kv_heads), head_dim_(head_dim) {
-  if (chunk == 0) throw Error("KvFootprint: chunk must be >= 1");
-  per_layer_.assign(max_tokens + 1, 0);
+namespace {
+
+// [n] -> the running maximum of what one cache of `config` allocates up to n tokens.
+std::vector<size_t> measure_layer(const CacheConfig& config, int kv_heads, int head_dim, size_t max_tokens,
+                                  size_t chunk) {
+  std::vector<size_t> per_layer(max_tokens + 1, 0);
   // Gaussian vectors: their norms fit every codec (the bytes do not depend on the values).
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -37,25 +40,48 @@ KvFootprint::KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, 
   for (auto& x : values) x = normal(rng);
   for (const size_t step : {size_t{1}, chunk}) {
     auto cache = make_kv_cache(kv_heads, head_dim, config);
-    per_layer_[0] = std::max(per_layer_[0], allocated_bytes(*cache));
+    per_layer[0] = std::max(per_layer[0], allocated_bytes(*cache));
     size_t n = 0;
     while (n < max_tokens) {
       const size_t count = std::min(step, max_tokens - n);
       cache->append(std::span<const float>(keys.data(), row * count), std::span<const float>(values.data(), row * count),
                     count);
       const size_t bytes = allocated_bytes(*cache);
-      for (size_t k = n + 1; k <= n + count; ++k) per_layer_[k] = std::max(per_layer_[k], bytes);
+      for (size_t k = n + 1; k <= n + count; ++k) per_layer[k] = std::max(per_layer[k], bytes);
       n += count;
     }
   }
-  for (size_t n = 1; n <= max_tokens; ++n) per_layer_[n] = std::max(per_layer_[n], per_layer_[n - 1]);
+  for (size_t n = 1; n <= max_tokens; ++n) per_layer[n] = std::max(per_layer[n], per_layer[n - 1]);
+  return per_layer;
+}
+
+}  // namespace
+
+KvFootprint::KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens,
+                         size_t chunk)
+    : n_layers_(n_layers), kv_heads_(kv_heads), head_dim_(head_dim) {
+  if (chunk == 0) throw Error("KvFootprint: chunk must be >= 1");
+  total_.assign(max_tokens + 1, 0);
+  // Layers with the same configuration (most of them) are measured once.
+  std::map<std::string, int> layers_per_config;
+  std::map<std::string, CacheConfig> configs;
+  for (int l = 0; l < n_layers; ++l) {
+    const CacheConfig layer = layer_cache_config(config, l, n_layers);
+    const std::string key = format_cache_config(layer);
+    ++layers_per_config[key];
+    configs.emplace(key, layer);
+  }
+  for (const auto& [key, count] : layers_per_config) {
+    const std::vector<size_t> per_layer = measure_layer(configs.at(key), kv_heads, head_dim, max_tokens, chunk);
+    for (size_t n = 0; n <= max_tokens; ++n) total_[n] += per_layer[n] * static_cast<size_t>(count);
+  }
 }
 
 size_t KvFootprint::reservation(size_t n_tokens) const {
-  if (n_tokens >= per_layer_.size()) {
-    throw Error(fmt::format("KvFootprint: {} tokens, measured up to {}", n_tokens, per_layer_.size() - 1));
+  if (n_tokens >= total_.size()) {
+    throw Error(fmt::format("KvFootprint: {} tokens, measured up to {}", n_tokens, total_.size() - 1));
   }
-  return per_layer_[n_tokens] * static_cast<size_t>(n_layers_);
+  return total_[n_tokens];
 }
 
 size_t KvFootprint::fp16_bytes(size_t n_tokens) const {

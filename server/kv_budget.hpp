@@ -18,14 +18,15 @@ size_t allocated_bytes(const PromptCache& cache);
 
 class KvFootprint {
  public:
-  // Measures one layer of `config` (kv_heads x head_dim) holding 0..max_tokens tokens, appended
-  // both one token at a time and in page-aligned chunks of `chunk` tokens (the two ways the
-  // server feeds a cache), and keeps the running maximum: reservation(n) is an upper bound of
-  // what n_layers such caches allocate while growing to n tokens.
+  // Measures each distinct layer configuration of `config` (layer_cache_config: dense layers and
+  // per-layer widths differ; kv_heads x head_dim) holding 0..max_tokens tokens, appended both
+  // one token at a time and in page-aligned chunks of `chunk` tokens (the two ways the server
+  // feeds a cache), and keeps the running maximum: reservation(n) is an upper bound of what the
+  // n_layers caches allocate while growing to n tokens.
   KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens, size_t chunk);
 
   size_t reservation(size_t n_tokens) const;  // n_tokens <= max_tokens
-  size_t max_tokens() const { return per_layer_.size() - 1; }
+  size_t max_tokens() const { return total_.size() - 1; }
   // What an fp16 cache would hold for n tokens (for the capacity ratio in /metrics).
   size_t fp16_bytes(size_t n_tokens) const;
 
@@ -33,7 +34,7 @@ class KvFootprint {
   int n_layers_;
   int kv_heads_;
   int head_dim_;
-  std::vector<size_t> per_layer_;  // [n] -> max allocated bytes of one layer up to n tokens
+  std::vector<size_t> total_;  // [n] -> max allocated bytes of all layers up to n tokens
 };
 
 }  // namespace turbokv::server

@@ -36,10 +36,11 @@ TEST(CacheConfig, TurboQuantNames) {
   EXPECT_EQ(s.config.tq.key_codec, TurboQuantCodecKind::mse);
   EXPECT_EQ(s.config.tq.window, 0u);
   for (int b = 1; b <= 8; ++b) {
-    EXPECT_EQ(parse_kv_config("tq" + std::to_string(b)).config.tq.key_bits, b);
+    // tq4 names the mixed scheme (test_turboquant_schemes.cpp); tq4-plain the uniform codec.
+    EXPECT_EQ(parse_kv_config("tq" + std::to_string(b) + (b == 4 ? "-plain" : "")).config.tq.key_bits, b);
   }
   EXPECT_EQ(parse_kv_config("tq2.5").config.tq.value_bits, 2.5);
-  EXPECT_EQ(parse_kv_config("tq3.5").config.tq.key_bits, 3.5);
+  EXPECT_EQ(parse_kv_config("tq3.5-plain").config.tq.key_bits, 3.5);
   s = parse_kv_config("k4v2");
   EXPECT_EQ(s.config.tq.key_bits, 4);
   EXPECT_EQ(s.config.tq.value_bits, 2);
@@ -130,8 +131,8 @@ TEST(CacheConfig, MakesEveryListedConfiguration) {
   const size_t tokens = 300;
   const auto k = gaussian(heads * tokens * dim, 1), v = gaussian(heads * tokens * dim, 2);
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"dense16", "dense"}, {"dense32", "dense"}, {"tq8", "turboquant"}, {"tq4", "turboquant"},
-      {"tq1", "turboquant"}, {"tq2.5", "turboquant"}, {"tq3.5", "turboquant"},
+      {"dense16", "dense"}, {"dense32", "dense"}, {"tq8", "turboquant"}, {"tq4-plain", "turboquant"},
+      {"tq1", "turboquant"}, {"tq2.5", "turboquant"}, {"tq3.5-plain", "turboquant"},
       {"k4v2", "turboquant"}, {"k4v3", "turboquant"}, {"k3v2", "turboquant"},
       {"prod3", "turboquant"}, {"prod4", "turboquant"}, {"tq3w64", "turboquant"},
       {"tq3s4w64", "turboquant"}, {"q8_0", "q8_0"}, {"q4_0", "q4_0"}, {"q8_0h", "q8_0"},
@@ -165,7 +166,7 @@ TEST(CacheConfig, MakesEveryListedConfiguration) {
     if (name == "affine8") {
       EXPECT_EQ(bits, 8.5);
     }
-    if (name == "tq4") {
+    if (name == "tq4-plain") {
       EXPECT_GT(bits, 4.0);
       EXPECT_LT(bits, 4.5);
     }

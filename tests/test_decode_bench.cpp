@@ -146,7 +146,7 @@ TEST(DecodeBench, RowsBytesAndJson) {
   const Model m = make_synthetic_model(tiny_config(), GgmlType::Q8_0, pool);
   DecodeBenchOptions o;
   o.contexts = {64, 100};
-  o.configs = parse_kv_config_list("dense16,tq4,affine4,q8_0");
+  o.configs = parse_kv_config_list("dense16,tq4-plain,affine4,q8_0");  // the uniform 4-bit codec
   o.steps = 3;
   int notes = 0;
   o.progress = [&](const std::string&) { ++notes; };

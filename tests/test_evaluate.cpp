@@ -166,7 +166,7 @@ std::vector<int>* EvalStories::tokens_ = nullptr;
 
 TEST_F(EvalStories, DenseMatchesReferenceAndTq8IsNearlyExact) {
   ASSERT_GT(tokens_->size(), 150u);
-  const auto specs = parse_kv_config_list("dense32,dense16,tq8,tq4,tq2,q8_0,tq3w16,kivi2");
+  const auto specs = parse_kv_config_list("dense32,dense16,tq8,tq4-plain,tq2,q8_0,tq3w16,kivi2");
   EvalOptions o;
   o.ctx = 64;  // several windows from a short text
   size_t progress_calls = 0;
@@ -208,7 +208,7 @@ TEST_F(EvalStories, DenseMatchesReferenceAndTq8IsNearlyExact) {
   EXPECT_LT(tq8.bits_per_value, 11.0);
   // Fewer bits, more damage.
   const EvalRow& tq2 = row("tq2");
-  const EvalRow& tq4 = row("tq4");
+  const EvalRow& tq4 = row("tq4-plain");
   EXPECT_LT(tq2.bits_per_value, tq4.bits_per_value);
   EXPECT_LT(tq4.bits_per_value, tq8.bits_per_value);
   EXPECT_GT(tq2.metrics.kl, tq4.metrics.kl);

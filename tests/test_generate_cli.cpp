@@ -63,6 +63,24 @@ TEST(GenerateCli, SavedCacheContinuesTheSameText) {
   std::filesystem::remove(path);
 }
 
+// --kv-bits 3.5 / 4 are budgets (issue 14): the schemes' codes with fp16 exact tokens; without a
+// window to spend on, the plain codes of that width.
+TEST(GenerateCli, KvBitsBudgetsTakeTheSchemesCodes) {
+  require_tool();
+  const auto [four, s1] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4");
+  ASSERT_EQ(s1, 0) << four;
+  EXPECT_NE(four.find("turboquant k3/v3 mse sinks 1 window 32 (fp16)"), std::string::npos) << four;
+  const auto [half, s2] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 3.5");
+  ASSERT_EQ(s2, 0) << half;
+  EXPECT_NE(half.find("turboquant k3/v2 mse"), std::string::npos) << half;
+  const auto [plain, s3] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-window 0");
+  ASSERT_EQ(s3, 0) << plain;
+  EXPECT_NE(plain.find("turboquant k4/v4 mse sinks 1]"), std::string::npos) << plain;
+  const auto [exact, s4] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-exact f32");
+  ASSERT_EQ(s4, 0) << exact;
+  EXPECT_NE(exact.find("k3/v3 mse sinks 1 window 32]"), std::string::npos) << exact;
+}
+
 TEST(GenerateCli, BadArgumentsFailWithAMessage) {
   require_tool();
   EXPECT_EQ(run("generate --model does-not-exist.bin --prompt x").second, 1);

@@ -86,7 +86,7 @@ std::vector<TurboQuantCacheOptions> all_option_variants() {
 
 TEST(PromptCache, TurboQuantRoundTripIsBitExactForEveryOption) {
   for (const auto& o : all_option_variants()) {
-    SCOPED_TRACE(format_cache_config(CacheConfig{"turboquant", DenseDtype::f16, 256, o, {}, {}}));
+    SCOPED_TRACE(format_cache_config(CacheConfig{"turboquant", DenseDtype::f16, 256, o, {}, {}, {}}));
     PromptCache cache;
     auto layer = std::make_unique<TurboQuantKVCache>(2, 64, o);
     fill(*layer, 29, 1);

@@ -226,7 +226,10 @@ TEST(ServerScheduler, PrefixReuseAnswersExactlyAsRecomputation) {
 TEST(KvFootprint, ReservationBoundsWhatCachesAllocate) {
   const auto& c = kjv().model.config;
   for (const std::string spec : {"dense:page_tokens=16", "turboquant:bits=4,window=32,sinks=1,page_tokens=16",
-                                 "turboquant:key_bits=3,value_bits=2,page_tokens=16"}) {
+                                 "turboquant:key_bits=3,value_bits=2,page_tokens=16",
+                                 // per-layer widths (tq4's kind) and a dense layer: each layer's own bytes
+                                 "turboquant:key_bits=3,value_bits=2.5,layer_bits=0k4v4;-1k5v4,sinks=1,window=4,exact=f16,"
+                                 "dense_layers=1,page_tokens=16"}) {
     const CacheConfig config = parse_cache_config(spec);
     const KvFootprint fp(config, c.n_layers, c.n_kv_heads, c.head_dim, 200, 16);
     std::mt19937 rng(5);

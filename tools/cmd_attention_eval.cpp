@@ -11,6 +11,7 @@
 //                     top-k by approximate logit (mean over rows)
 //   bits_per_value    8 * nbytes / (2 * tokens * kv_heads * head_dim), everything stored
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -137,6 +138,33 @@ Row evaluate(const KVConfigSpec& spec, const SyntheticKV& s, const std::vector<f
   return row;
 }
 
+// A per-layer configuration (tq3.5, tq4) gets one row per distinct layer width: the base widths
+// ("other layers") and each group of layer_bits entries with the same widths.
+std::vector<KVConfigSpec> expand_layers(const KVConfigSpec& spec) {
+  if (spec.config.layer_bits.empty()) return {spec};
+  std::vector<KVConfigSpec> out;
+  KVConfigSpec base = spec;
+  base.config.layer_bits.clear();
+  base.name = spec.name + " (other layers)";
+  std::vector<std::pair<std::vector<int>, LayerBits>> groups;
+  for (const LayerBits& lb : spec.config.layer_bits) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& e) {
+      return e.second.key_bits == lb.key_bits && e.second.value_bits == lb.value_bits;
+    });
+    if (g == groups.end()) groups.push_back({{lb.layer}, lb});
+    else g->first.push_back(lb.layer);
+  }
+  for (const auto& [layers, lb] : groups) {
+    KVConfigSpec v = base;
+    v.config.tq.key_bits = lb.key_bits;
+    v.config.tq.value_bits = lb.value_bits;
+    v.name = fmt::format("{} (layer{} {})", spec.name, layers.size() > 1 ? "s" : "", fmt::join(layers, ","));
+    out.push_back(std::move(v));
+  }
+  out.push_back(std::move(base));
+  return out;
+}
+
 int run(const Args& a) {
   if (a.kv.empty()) throw Error("attention-eval: --kv needs at least one configuration");
   if (a.context < static_cast<size_t>(kTopK)) {
@@ -160,7 +188,9 @@ int run(const Args& a) {
   const std::vector<double> exact_scores = all_scores(s, s.keys);
 
   std::vector<Row> rows;
-  for (const auto& spec : specs) rows.push_back(evaluate(spec, s, exact_out, exact_scores));
+  for (const auto& spec : specs) {
+    for (const auto& variant : expand_layers(spec)) rows.push_back(evaluate(variant, s, exact_out, exact_scores));
+  }
 
   if (a.json) {
     nlohmann::json j;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "turbokv/cache_config.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::tools {
@@ -55,6 +56,18 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
   config.tq.window = a.kv_window.value_or(32);
   config.tq.sinks = a.kv_sinks.value_or(1);
   config.tq.exact_dtype = a.kv_exact ? parse_dense_dtype(*a.kv_exact) : default_exact;
+  // --kv-bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their code widths (and
+  // per-layer widths, if any) and fp16 exact tokens unless --kv-exact says otherwise; how many
+  // sinks and window tokens stay this tool's (flags, defaults). The schemes spend part of the
+  // budget on the window: without one (--kv-window 0) the bits go to plain codes instead.
+  if (a.kv_bits && config.tq.key_codec == TurboQuantCodecKind::mse && config.tq.window > 0) {
+    if (const auto scheme = turboquant_scheme(*a.kv_bits)) {
+      config.tq.key_bits = scheme->tq.key_bits;
+      config.tq.value_bits = scheme->tq.value_bits;
+      config.layer_bits = scheme->layer_bits;
+      if (!a.kv_exact) config.tq.exact_dtype = scheme->tq.exact_dtype;
+    }
+  }
   return config;
 }
 
@@ -63,6 +76,7 @@ std::string kv_cache_label(const CacheConfig& config) {
   if (config.kind != "turboquant") return format_cache_config(config);
   std::string label = fmt::format("turboquant k{}/v{} {}", config.tq.key_bits, config.tq.value_bits,
                                   codec_kind_name(config.tq.key_codec));
+  for (const LayerBits& lb : config.layer_bits) label += fmt::format(", layer {} k{}/v{}", lb.layer, lb.key_bits, lb.value_bits);
   if (config.tq.sinks > 0) label += fmt::format(" sinks {}", config.tq.sinks);
   if (config.tq.window > 0) label += fmt::format(" window {}", config.tq.window);
   if ((config.tq.window > 0 || config.tq.sinks > 0) && config.tq.exact_dtype == DenseDtype::f16) label += " (fp16)";

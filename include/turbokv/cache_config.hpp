@@ -3,8 +3,13 @@
 //
 // Grammar (case-sensitive; a list is comma-separated):
 //   dense16 | dense32                     DenseKVCache, fp16 / f32
+//   tq3.5 | tq4                           the best measured TurboQuant scheme within 3.5 / 4.25
+//                                         bits per value at 256 positions, everything counted
+//                                         (turboquant_scheme: k3v2s1w12-x16, k3v3s1w18-x16)
 //   tq<B>                                 TurboQuant MSE, keys and values at B bits (1..8, or a
-//                                         half width like 2.5, 3.5)
+//                                         half width like 2.5, 3.5); tq3.5-plain and tq4-plain
+//                                         (or k3.5v3.5, k4v4) are the uniform codecs the bare
+//                                         names meant before issue 14
 //   k<A>v<B>                              TurboQuant MSE, keys A bits, values B bits
 //   prod<B>                               TurboQuant keys with the inner-product codec
 //                                         ((B-1)-bit MSE + 1-bit QJL), values B-bit MSE
@@ -13,7 +18,7 @@
 //     -nonc (no norm correction; it is on by default, -nc says so explicitly), -ctr (exact
 //     centering on the sinks' mean, needs s<N>), -f32n (fp32 norms), -haar (dense Haar
 //     rotation), -x16 (sinks and window stored in fp16): e.g. tq3w64, tq3s4w64, k4v2-nonc,
-//     tq4s8-ctr, tq4-f32n, tq4s1w32-x16
+//     tq4s8-ctr, tq4-f32n, tq4s1w32-x16; -plain changes nothing (it names the plain codec)
 //   q8_0 | q4_0 | q8_0h | q4_0h           llama.cpp block types; h = Hadamard-rotated rows
 //   kivi2 | kivi4 [r<N>]                  KIVI, residual N recent tokens (default 32)
 //   affine4 | affine8 | affine2           mlx-lm QuantizedKVCache, group 64
@@ -25,6 +30,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +50,12 @@ struct KVConfigSpec {
   std::string description;  // human-readable, e.g. "TurboQuant keys 3b mse, values 3b, window 64"
   CacheConfig config;       // what make_kv_cache builds
 };
+
+// The measured best scheme within a budget, for the budgets that have one: 3.5 (the name tq3.5)
+// and 4 (tq4: within 4.25 bits/value everything counted); nullopt for other widths.
+// `--kv-bits 3.5` / `--kv-bits 4` (generate, serve) take its code widths (keys, values, any
+// layer_bits); their sinks and window stay the tools' own.
+std::optional<CacheConfig> turboquant_scheme(double bits);
 
 // Throws turbokv::Error naming the problem for an unknown or malformed name.
 KVConfigSpec parse_kv_config(const std::string& name);

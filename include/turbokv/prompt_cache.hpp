@@ -8,6 +8,7 @@
 //   "turboquant:key_codec=prod,rotation=haar,seed=7,fp32_norm=1,norm_correction=1"
 //   "turboquant:bits=4,window=32,sinks=1,exact=f16"  (sinks and window stored in fp16)
 //   "q8_0:hadamard=1"             (options of other classes go to CacheConfig.options)
+//   "turboquant:key_bits=3,value_bits=3,layer_bits=0k4v4;-1k4v3"  (per-layer widths, below)
 // Common keys: page_tokens (both built-ins), dense_layers=0;31 (layers kept dense).
 //
 // Thread-safety: these functions are pure (make_kv_cache reads the registry under its lock).
@@ -25,6 +26,15 @@
 
 namespace turbokv {
 
+// One layer's TurboQuant widths in a mixed-precision configuration. A negative index counts
+// from the last layer (-1: the last), so one configuration can name "the first and the last
+// layer" of any model.
+struct LayerBits {
+  int layer = 0;
+  double key_bits = 4, value_bits = 4;
+  bool operator==(const LayerBits&) const = default;
+};
+
 struct CacheConfig {
   std::string kind = "dense";
   DenseDtype dense_dtype = DenseDtype::f16;
@@ -34,6 +44,10 @@ struct CacheConfig {
   std::map<std::string, std::string> options;
   // Layer indices kept in a DenseKVCache (dense_dtype) whatever `kind` says.
   std::vector<int> dense_layers;
+  // TurboQuant only: layers whose widths differ from tq.key_bits / tq.value_bits (later
+  // entries win when two name the same layer). Each layer's cache stores its own widths, so a
+  // saved file needs nothing more to decode.
+  std::vector<LayerBits> layer_bits;
 };
 
 // Parses "kind[:key=value,...]"; throws turbokv::Error on an unknown key or a bad value.
@@ -48,7 +62,12 @@ using CacheMaker =
 void register_cache_maker(const std::string& kind, CacheMaker maker);
 std::unique_ptr<KVCache> make_kv_cache(int kv_heads, int head_dim, const CacheConfig& config);
 
-// n_layers empty caches (config.dense_layers get a DenseKVCache).
+// The configuration of layer `layer` of n_layers: a dense one for config.dense_layers, the
+// layer's widths from config.layer_bits, without the per-layer lists. Throws turbokv::Error
+// for a layer index outside the model (either list).
+CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers);
+
+// n_layers empty caches, each built from layer_cache_config.
 PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config);
 
 }  // namespace turbokv

@@ -87,8 +87,9 @@ KVConfigSpec parse_turboquant(const std::string& name) {
       tq.rotation = RotationKind::haar;
     } else if (flag == "x16") {
       tq.exact_dtype = DenseDtype::f16;
+    } else if (flag == "plain") {  // tq4-plain, tq3.5-plain: the uniform codec the bare names once meant
     } else {
-      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16)",
+      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16, -plain)",
                    name, flag);
     }
     pos = end;
@@ -165,7 +166,43 @@ AffineOptions affine_options(const CacheConfig& c) {
   return o;
 }
 
+// The description of a scheme, e.g. "TurboQuant scheme: keys 3b values 2b, 1 sink and the
+// newest 12 tokens exact (fp16)" (with per-layer widths if it has any).
+std::string scheme_description(const CacheConfig& c) {
+  std::string d = fmt::format("TurboQuant scheme: keys {} values {}", bits_text(c.tq.key_bits), bits_text(c.tq.value_bits));
+  for (const LayerBits& lb : c.layer_bits) {
+    d += fmt::format("; layer {}: keys {} values {}", lb.layer, bits_text(lb.key_bits), bits_text(lb.value_bits));
+  }
+  d += fmt::format(", {} sink and the newest {} tokens exact (fp16)", c.tq.sinks, c.tq.window);
+  return d;
+}
+
 }  // namespace
+
+std::optional<CacheConfig> turboquant_scheme(double bits) {
+  // Chosen from measurements on kjv-llama-3M (docs/benchmarks.md, "Where the KL comes from";
+  // scripts/kl-sources.sh): the newest tokens in fp16 take out most of the error, since they
+  // are the ones a position attends to most, so the budget goes to a window first; keys pay
+  // more per bit than values; widths per layer (layer_bits) measured no better than uniform
+  // ones at the same bits once the window is there. No width above 4: every layer's fused
+  // attention reads fewer bytes per token than plain tq4's.
+  CacheConfig c;
+  c.kind = "turboquant";
+  c.tq.sinks = 1;
+  c.tq.exact_dtype = DenseDtype::f16;
+  if (bits == 3.5) {  // 3.42 bits/value at 256 positions, everything counted
+    c.tq.key_bits = 3;
+    c.tq.value_bits = 2;
+    c.tq.window = 12;
+  } else if (bits == 4) {  // 4.20 bits/value at 256 positions
+    c.tq.key_bits = 3;
+    c.tq.value_bits = 3;
+    c.tq.window = 18;
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
 
 KVConfigSpec parse_kv_config(const std::string& name) {
   TURBOKV_CHECK(!name.empty(), "configuration name is empty");
@@ -218,12 +255,17 @@ KVConfigSpec parse_kv_config(const std::string& name) {
     spec.description = fmt::format("mlx-lm affine {}-bit (groups of 64, fp16 scale and bias)", bits);
     return spec;
   }
+  if (name == "tq3.5" || name == "tq4") {
+    c = *turboquant_scheme(name == "tq4" ? 4.0 : 3.5);
+    spec.description = scheme_description(c);
+    return spec;
+  }
   if (starts_with(name, "tq") || starts_with(name, "prod") ||
       (name.size() > 1 && name[0] == 'k' && std::isdigit(static_cast<unsigned char>(name[1])))) {
     return parse_turboquant(name);
   }
   detail::fail("unknown configuration '{}' (known: dense16, dense32, tq<bits>, k<bits>v<bits>, "
-               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
+               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16][-plain], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
                "kivi4, affine4, affine8, or kind:key=value,...)",
                name);
 }

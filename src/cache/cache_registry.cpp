@@ -116,6 +116,9 @@ void register_cache_maker(const std::string& kind, CacheMaker maker) {
 }
 
 std::unique_ptr<KVCache> make_kv_cache(int kv_heads, int head_dim, const CacheConfig& config) {
+  TURBOKV_CHECK(config.layer_bits.empty(),
+                "make_kv_cache: layer_bits sets a model's layers apart; build them with make_prompt_cache "
+                "(one layer's configuration: layer_cache_config)");
   CacheMaker maker;
   {
     Registry& r = registry();

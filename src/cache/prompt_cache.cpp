@@ -40,6 +40,32 @@ std::vector<int> parse_layers(const std::string& value) {
   return layers;
 }
 
+// "0k4v4;-1k5v3.5" -> layer 0 keys 4 values 4, the last layer keys 5 values 3.5 (the eval
+// names' k<A>v<B>; no ':' or ',', which separate configurations in a list).
+std::vector<LayerBits> parse_layer_bits(const std::string& value) {
+  std::vector<LayerBits> out;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t end = std::min(value.find(';', start), value.size());
+    const std::string item = value.substr(start, end - start);
+    const size_t k = item.find('k'), v = item.find('v');
+    TURBOKV_CHECK(k != std::string::npos && v != std::string::npos && k < v,
+                  "cache config: layer_bits entries are <layer>k<key bits>v<value bits>, got '{}'", item);
+    LayerBits lb;
+    lb.layer = parse_number<int>("layer_bits", item.substr(0, k));
+    lb.key_bits = parse_number<double>("layer_bits", item.substr(k + 1, v - k - 1));
+    lb.value_bits = parse_number<double>("layer_bits", item.substr(v + 1));
+    for (const double b : {lb.key_bits, lb.value_bits}) {
+      TURBOKV_CHECK(b >= 1 && b <= 8 && std::floor(b * 2) == b * 2,
+                    "cache config: layer_bits widths must be in [1, 8] in steps of 0.5, got '{}'", item);
+    }
+    TURBOKV_CHECK(lb.layer >= -65536 && lb.layer < 65536, "cache config: layer_bits layer {} out of range", lb.layer);
+    out.push_back(lb);
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 CacheConfig parse_cache_config(const std::string& spec) {
@@ -61,6 +87,8 @@ CacheConfig parse_cache_config(const std::string& spec) {
     auto& tq = config.tq;
     if (key == "dense_layers") {
       config.dense_layers = parse_layers(value);
+    } else if (key == "layer_bits" && config.kind == "turboquant") {
+      config.layer_bits = parse_layer_bits(value);
     } else if (key == "page_tokens") {
       const auto pt = parse_number<size_t>(key, value);
       config.dense_page_tokens = pt;
@@ -132,25 +160,54 @@ std::string format_cache_config(const CacheConfig& c) {
   if (!c.dense_layers.empty()) {
     items.push_back(fmt::format("dense_layers={}", fmt::join(c.dense_layers, ";")));
   }
+  if (!c.layer_bits.empty()) {
+    std::vector<std::string> entries;
+    for (const LayerBits& lb : c.layer_bits) {
+      entries.push_back(fmt::format("{}k{}v{}", lb.layer, detail::format_double(lb.key_bits),
+                                    detail::format_double(lb.value_bits)));
+    }
+    items.push_back(fmt::format("layer_bits={}", fmt::join(entries, ";")));
+  }
   return items.empty() ? c.kind : c.kind + ":" + fmt::format("{}", fmt::join(items, ","));
+}
+
+CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers) {
+  TURBOKV_CHECK(layer >= 0 && layer < n_layers, "layer_cache_config: layer {} of {}", layer, n_layers);
+  for (int l : config.dense_layers) {
+    TURBOKV_CHECK(l < n_layers, "make_prompt_cache: dense layer {} but the model has {} layers", l, n_layers);
+  }
+  TURBOKV_CHECK(config.layer_bits.empty() || config.kind == "turboquant",
+                "make_prompt_cache: layer_bits needs kind turboquant, got '{}'", config.kind);
+  CacheConfig out = config;
+  out.dense_layers.clear();
+  out.layer_bits.clear();
+  if (std::find(config.dense_layers.begin(), config.dense_layers.end(), layer) != config.dense_layers.end()) {
+    out.kind = "dense";
+    out.options.clear();
+    return out;
+  }
+  for (const LayerBits& lb : config.layer_bits) {
+    TURBOKV_CHECK(lb.layer < n_layers && lb.layer >= -n_layers,
+                  "make_prompt_cache: layer_bits names layer {} but the model has {} layers", lb.layer, n_layers);
+    if ((lb.layer >= 0 ? lb.layer : n_layers + lb.layer) == layer) {
+      out.tq.key_bits = lb.key_bits;
+      out.tq.value_bits = lb.value_bits;
+    }
+  }
+  return out;
 }
 
 PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config) {
   TURBOKV_CHECK(n_layers >= 0 && n_layers <= 65536,
                 "make_prompt_cache: n_layers must be in [0, 65536], got {}", n_layers);
-  for (int layer : config.dense_layers) {
-    TURBOKV_CHECK(layer < n_layers, "make_prompt_cache: dense layer {} but the model has {} layers",
-                  layer, n_layers);
-  }
   PromptCache cache;
   for (int i = 0; i < n_layers; ++i) {
-    const bool dense = std::find(config.dense_layers.begin(), config.dense_layers.end(), i) !=
-                       config.dense_layers.end();
-    if (dense) {
-      cache.add_layer(std::make_unique<DenseKVCache>(kv_heads, head_dim, config.dense_dtype,
-                                                     config.dense_page_tokens));
+    const CacheConfig layer = layer_cache_config(config, i, n_layers);
+    if (layer.kind == "dense") {
+      cache.add_layer(std::make_unique<DenseKVCache>(kv_heads, head_dim, layer.dense_dtype,
+                                                     layer.dense_page_tokens));
     } else {
-      cache.add_layer(make_kv_cache(kv_heads, head_dim, config));
+      cache.add_layer(make_kv_cache(kv_heads, head_dim, layer));
     }
   }
   return cache;
