@@ -284,6 +284,15 @@ TEST_F(EvalStories, BadOptionsThrow) {
 
 // ---- kjv-llama-3M (head_dim 64) ------------------------------------------------------------------
 
+// Sanitizer builds (-O1, instrumented) run the model ~25x slower: the whole text would take
+// minutes there, so they evaluate a prefix instead (what they check is memory safety; the
+// figures are checked by the Release suite).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 class EvalKjv : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -302,10 +311,14 @@ Model* EvalKjv::model_ = nullptr;
 std::vector<int>* EvalKjv::tokens_ = nullptr;
 
 // The models README: teacher-forced loss on the held-out Revelation, every window of 256
-// positions starting with BOS, is 1.916 nats/token. One dense fp32 pass over all 32,907 tokens.
+// positions starting with BOS, is 1.916 nats/token. One dense fp32 pass over all 32,907 tokens
+// (sanitizer builds: the first 8 windows, 2,040 tokens, whose loss `turbokv eval --kv dense32
+// --max-tokens 2040` measures as ln 6.6084 = 1.8884).
 TEST_F(EvalKjv, HeldOutLossIsTheModelsReadmeFigure) {
   ASSERT_EQ(tokens_->size(), 32907u);
-  const auto windows = make_windows(*tokens_, 256, model_->config.bos_id);
+  auto windows = make_windows(*tokens_, 256, model_->config.bos_id);
+  const double expected = kSanitized ? 1.8884 : 1.916;
+  if (kSanitized) windows.resize(8);
   ThreadPool pool(2);
   Forward forward(*model_, pool, 256);
   const size_t vocab = static_cast<size_t>(model_->config.vocab_size);
@@ -324,16 +337,18 @@ TEST_F(EvalKjv, HeldOutLossIsTheModelsReadmeFigure) {
       ++targets;
     }
   }
-  EXPECT_EQ(targets, tokens_->size());
+  EXPECT_EQ(targets, kSanitized ? 2040u : tokens_->size());
   const double loss = nll / static_cast<double>(targets);
   std::printf("[ figure ] kjv-llama-3M on Revelation, BOS windows of 256: %.4f nats/token (ppl %.3f)\n", loss,
               std::exp(loss));
-  EXPECT_NEAR(loss, 1.916, 0.01 * 1.916);
+  EXPECT_NEAR(loss, expected, 0.01 * expected);
 }
 
 // TurboQuant at explicit settings (4 and 2 bits, no exact tokens, norm correction on) and the
-// baselines that head_dim 8 cannot run (q8_0, kivi2), over the first 2048 tokens (8 windows):
-// absolute bounds on KL and top-1 agreement, set from the figures measured below with margin.
+// baselines that head_dim 8 cannot run (q8_0, kivi2), over the first 2048 tokens (9 windows;
+// sanitizer builds: 510, 2 windows, where the figures are within 15% of these: 0.00385 / 0.957,
+// 0.0630 / 0.845, 0.000015 / 0.998, 0.00467 / 0.965): absolute bounds on KL and top-1
+// agreement, set from the figures measured below with margin.
 TEST_F(EvalKjv, CompressedCachesStayWithinMeasuredBounds) {
   struct Expect {
     const char* spec;
@@ -353,11 +368,11 @@ TEST_F(EvalKjv, CompressedCachesStayWithinMeasuredBounds) {
   for (const Expect& e : expect) specs.push_back(parse_kv_config(e.spec));
   EvalOptions o;
   o.ctx = 256;
-  o.max_tokens = 2048;
+  o.max_tokens = kSanitized ? 510 : 2048;
   ThreadPool pool(2);
   const EvalResult r = evaluate_kv_configs(*model_, *tokens_, specs, o, pool);
   ASSERT_EQ(r.rows.size(), specs.size());
-  EXPECT_EQ(r.tokens, 2048u);
+  EXPECT_EQ(r.tokens, o.max_tokens);
   for (size_t i = 0; i < specs.size(); ++i) {
     const EvalRow& row = r.rows[i];
     ASSERT_TRUE(row.applicable) << expect[i].spec << ": " << row.problem;
