@@ -25,6 +25,9 @@ struct Scheduler::Sequence {
   size_t cached = 0;                // of which restored from the prefix cache or the store
   size_t from_store = 0;            // of which restored from the shared store
   std::vector<bool> in_store;       // per page boundary: the shared store already holds it
+  // The prompt and generated tokens up to the last page boundary the answer crossed, encoded for
+  // the shared store: queued when the sequence ends (the next turn of a chat starts with them).
+  std::optional<SharedPrefixes::Encoded> answer_prefix;
   std::vector<int> generated;       // sampled tokens (the last one not yet fed)
   std::optional<engine::Sampler> sampler;
   std::optional<TextStream> text;
@@ -345,6 +348,9 @@ bool Scheduler::step() {
     }
   }
   for (auto& seq : running_) take_prefix_snapshots(*seq);
+  if (shared_) {
+    for (auto& seq : running_) keep_answer_prefix(*seq);
+  }
   for (size_t i = running_.size(); i-- > 0;) {
     if (running_[i]->done) release(i);
   }
@@ -378,6 +384,18 @@ void Scheduler::take_prefix_snapshots(Sequence& seq) {
   }
 }
 
+void Scheduler::keep_answer_prefix(Sequence& seq) {
+  const auto& prompt = seq.request.prompt;
+  const size_t n = seq.cache.size();
+  // Past the prompt, on a page boundary: the cache holds the prompt and the first n - prompt
+  // generated tokens (the newest sampled token is not fed yet).
+  if (seq.prefilling() || n <= prompt.size() || n % options_.page_tokens != 0) return;
+  if (n - prompt.size() > seq.generated.size()) return;  // cannot happen: a sampled token precedes each fed one
+  std::vector<int> tokens(prompt);
+  tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.begin() + static_cast<long>(n - prompt.size()));
+  seq.answer_prefix = shared_->encode(tokens, seq.cache);
+}
+
 void Scheduler::finish(Sequence& seq, const std::string& reason) {
   std::string rest = seq.text->flush();
   if (!rest.empty()) seq.handle->push({StreamEvent::Kind::text, std::move(rest), "", {}, ""});
@@ -400,6 +418,7 @@ void Scheduler::fail(Sequence& seq, const std::string& error) {
 }
 
 void Scheduler::release(size_t index) {
+  if (shared_ && running_[index]->answer_prefix) shared_->put(std::move(*running_[index]->answer_prefix));
   reserved_ -= running_[index]->reservation;
   running_.erase(running_.begin() + static_cast<long>(index));
 }

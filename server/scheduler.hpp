@@ -17,7 +17,9 @@
 // thread, never the engine loop -- looks up the longest prefix of the prompt another replica
 // stored, and admission takes whichever of that and the in-process prefix is longer; the
 // prefixes this replica computes (at the same page-aligned snapshot points) are queued for the
-// store by the engine loop, which only serializes them (the store's thread sends them).
+// store by the engine loop, which only serializes them (the store's thread sends them); so is
+// the prompt plus the generated answer up to its last page boundary, when the sequence ends
+// (a chat's next turn starts with it).
 // Prompts are cut at fixed positions (multiples of page_tokens), whatever the traffic, so with
 // BatchForward's batch invariance a request's output does not depend on the other requests
 // (and a restored prefix gives what recomputing it would: entries are taken at those cuts).
@@ -116,6 +118,7 @@ class Scheduler {
   void fail(Sequence& seq, const std::string& error);
   void release(size_t index);
   void take_prefix_snapshots(Sequence& seq);
+  void keep_answer_prefix(Sequence& seq);
   void update_gauges();
 
   const engine::Model& model_;

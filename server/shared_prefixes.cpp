@@ -36,14 +36,16 @@ void add_floats(std::string& out, const std::vector<float>& v) {
   add_bytes(out, v.data(), v.size() * sizeof(float));
 }
 
-// The state's metadata without the keys that change with the number of tokens held.
-std::map<std::string, std::string> fixed_keys(const KVCache& empty, const KVCache& one_token) {
-  const auto a = empty.save_state().metadata;
-  const auto b = one_token.save_state().metadata;
-  std::map<std::string, std::string> fixed;
-  for (const auto& [k, v] : a) {
-    const auto it = b.find(k);
-    if (it != b.end() && it->second == v) fixed.emplace(k, v);
+// The state's metadata without the keys that change with the number of tokens held (seen
+// empty, with one token, and with more tokens than sinks, window and two pages hold).
+std::map<std::string, std::string> fixed_keys(const std::vector<const KVCache*>& caches) {
+  std::map<std::string, std::string> fixed = caches.front()->save_state().metadata;
+  for (size_t i = 1; i < caches.size(); ++i) {
+    const auto other = caches[i]->save_state().metadata;
+    std::erase_if(fixed, [&](const auto& kv) {
+      const auto it = other.find(kv.first);
+      return it == other.end() || it->second != kv.second;
+    });
   }
   return fixed;
 }
@@ -89,11 +91,15 @@ SharedPrefixes::SharedPrefixes(std::shared_ptr<PrefixStore> store, const engine:
   id_.block_tokens = static_cast<uint32_t>(block_tokens);
   PromptCache empty = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config);
   PromptCache one = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config);
-  const std::vector<float> kv(static_cast<size_t>(kv_heads_) * static_cast<size_t>(head_dim_), 0.125f);
+  PromptCache many = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config);
+  const size_t n_many = config.tq.window + config.tq.sinks + 2 * std::max(block_tokens, config.tq.page_tokens) + 3;
+  std::vector<float> kv(static_cast<size_t>(kv_heads_) * static_cast<size_t>(head_dim_) * n_many);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
   for (size_t l = 0; l < empty.n_layers(); ++l) {
-    one.layer(l).append(kv, kv, 1);
+    one.layer(l).append(std::span<const float>(kv).first(kv.size() / n_many), std::span<const float>(kv).first(kv.size() / n_many), 1);
+    many.layer(l).append(kv, kv, n_many);
     classes_.push_back(empty.layer(l).class_name());
-    fixed_metadata_.push_back(fixed_keys(empty.layer(l), one.layer(l)));
+    fixed_metadata_.push_back(fixed_keys({&empty.layer(l), &one.layer(l), &many.layer(l)}));
   }
 }
 
@@ -170,20 +176,23 @@ SharedPrefixes::Lookup SharedPrefixes::lookup(const std::vector<int>& prompt, si
   return result;
 }
 
-void SharedPrefixes::offer(const std::vector<int>& prompt, const PromptCache& cache) {
+SharedPrefixes::Encoded SharedPrefixes::encode(std::span<const int> tokens, const PromptCache& cache) const {
   const size_t n = cache.size();
-  if (n == 0 || n % id_.block_tokens != 0 || n > prompt.size()) {
-    throw Error(fmt::format("SharedPrefixes: a prefix of {} tokens is not whole blocks of {} within the prompt", n,
-                            id_.block_tokens));
+  if (n == 0 || n % id_.block_tokens != 0 || n > tokens.size()) {
+    throw Error(fmt::format("SharedPrefixes: a prefix of {} tokens is not whole blocks of {} within {} tokens", n,
+                            id_.block_tokens, tokens.size()));
   }
-  const auto chain = prefix_chain(id_, prompt, n / id_.block_tokens);
-  std::string value = encode_prefix_value(id_, std::span<const int>(prompt.data(), n), cache);
+  const auto chain = prefix_chain(id_, tokens, n / id_.block_tokens);
+  return {prefix_key(chain.back()), encode_prefix_value(id_, tokens.first(n), cache)};
+}
+
+void SharedPrefixes::put(Encoded encoded) {
   {
     std::lock_guard lock(mutex_);
     ++metrics_.offers_total;
-    metrics_.offer_bytes_total += value.size();
+    metrics_.offer_bytes_total += encoded.value.size();
   }
-  store_->put(prefix_key(chain.back()), std::move(value));
+  store_->put(std::move(encoded.key), std::move(encoded.value));
 }
 
 SharedPrefixMetrics SharedPrefixes::metrics() const {

@@ -20,6 +20,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model.hpp"
@@ -60,7 +62,14 @@ class SharedPrefixes {
   // The longest stored prefix of prompt[0, limit) (limit rounded down to whole blocks).
   Lookup lookup(const std::vector<int>& prompt, size_t limit);
   // Queues the caches' state as the prefix prompt[0, cache.size()) (a whole number of blocks).
-  void offer(const std::vector<int>& prompt, const PromptCache& cache);
+  void offer(const std::vector<int>& prompt, const PromptCache& cache) { put(encode(prompt, cache)); }
+  // The same in two steps: encode now (the caches change later), queue when it is known to be
+  // worth it (a generated answer's last whole block, when the answer ends).
+  struct Encoded {
+    std::string key, value;
+  };
+  Encoded encode(std::span<const int> tokens, const PromptCache& cache) const;
+  void put(Encoded encoded);
 
   SharedPrefixMetrics metrics() const;
   size_t block_tokens() const { return id_.block_tokens; }

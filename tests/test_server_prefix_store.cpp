@@ -115,8 +115,8 @@ TEST(SharedPrefixes, ReplicaBRestoresWhatReplicaAComputedAndAnswersTheSame) {
   EXPECT_EQ(m.prompt_tokens_store_total, b.usage.store_tokens);
   EXPECT_EQ(m.prefix_store_hits_total, 1u);
   EXPECT_EQ(m.shared.hits_total, 1u);
-  // B found it there: it does not write it again.
-  EXPECT_EQ(m.shared.offers_total, 0u);
+  // B found the prompt there: it does not write it again (at most its answer's prefix).
+  EXPECT_LE(m.shared.offers_total, 1u);
 
   // A longer prompt that extends it restores the shared part from B's own store lookup and
   // computes only its tail; the output equals a replica that computes everything.
@@ -126,7 +126,29 @@ TEST(SharedPrefixes, ReplicaBRestoresWhatReplicaAComputedAndAnswersTheSame) {
   Scheduler replica_c(kjv().model, *kjv().tok, options(store));
   const Result c = run(replica_c, longer);
   EXPECT_EQ(c.text, want.text);
-  EXPECT_EQ(c.usage.store_tokens, (prompt.size() - 1) / kPage * kPage);
+  // At least the first prompt's prefix; more when A's answer began as this prompt goes on.
+  EXPECT_GE(c.usage.store_tokens, (prompt.size() - 1) / kPage * kPage);
+}
+
+TEST(SharedPrefixes, AGeneratedAnswerIsStoredForTheNextTurn) {
+  auto store = std::make_shared<MemoryPrefixStore>();
+  const auto prompt = long_prompt();
+  Result a;
+  {
+    Scheduler replica_a(kjv().model, *kjv().tok, options(store));
+    a = run(replica_a, prompt, 40);
+    ASSERT_EQ(a.error, "");
+  }
+  // The next turn, tokenized from its text as a client sends it: the prompt, the answer, more.
+  const auto next = long_prompt(a.text + " And the evening and the morning were the first day.");
+  Scheduler alone(kjv().model, *kjv().tok, options(nullptr, false));
+  const Result want = run(alone, next);
+  Scheduler replica_b(kjv().model, *kjv().tok, options(store));
+  const Result b = run(replica_b, next);
+  EXPECT_EQ(b.text, want.text);
+  // Tokenizing the answer's text may differ from the sampled ids somewhere; up to there, the
+  // answer's stored prefix serves, so more than the prompt is restored.
+  EXPECT_GT(b.usage.store_tokens, prompt.size());
 }
 
 TEST(SharedPrefixes, StoreDownOrEvictingMidLookupComputesAndCounts) {
@@ -169,19 +191,19 @@ TEST(SharedPrefixes, DamagedOrForeignValuesAreRefusedCountedAndReplaced) {
     Scheduler replica_a(kjv().model, *kjv().tok, options(store));
     EXPECT_EQ(run(replica_a, prompt).text, want.text);
   }
-  const auto stored = store->snapshot();
-  ASSERT_EQ(stored.size(), 1u);
-  const std::string key = stored.begin()->first;
-  const std::string good = stored.begin()->second;
+  // The key of the prompt's prefix (A also stored its answer's, under another key).
+  const size_t n = (prompt.size() - 1) / kPage * kPage;
+  CacheConfig config = parse_cache_config(kCache);  // as the scheduler sets it: pages of kPage
+  config.tq.page_tokens = config.dense_page_tokens = kPage;
+  SharedPrefixes tier(store, kjv().model, config, kPage);
+  const std::string key = prefix_key(prefix_chain(tier.identity(), prompt, n / kPage).back());
+  const std::string good = store->snapshot().at(key);
 
   // Another model's value under this key: the same bytes with another model fingerprint in a
   // self-consistent value (a valid checksum), as a replica serving another model would write.
-  const size_t n = (prompt.size() - 1) / kPage * kPage;
   PrefixIdentity other{0x1234, cache_config_hash(parse_cache_config(kCache)), kPage};
-  PrefixExpectation expect{other, std::span<const int>(prompt.data(), n), kjv().model.config.n_layers,
+  PrefixExpectation expect{tier.identity(), std::span<const int>(prompt.data(), n), kjv().model.config.n_layers,
                            kjv().model.config.n_kv_heads, kjv().model.config.head_dim};
-  SharedPrefixes tier(store, kjv().model, parse_cache_config(kCache), kPage);
-  expect.id = tier.identity();
   const PromptCache restored = decode_prefix_value(good, expect);
   std::string foreign = encode_prefix_value(other, std::span<const int>(prompt.data(), n), restored);
   // Another quantizer's (3-bit) cache with this model's identity.
@@ -211,7 +233,7 @@ TEST(SharedPrefixes, DamagedOrForeignValuesAreRefusedCountedAndReplaced) {
     const auto m = replica_b.metrics();
     EXPECT_EQ(m.shared.rejected_total, 1u);
     // B's own result replaced the bad value.
-    EXPECT_EQ(m.shared.offers_total, 1u);
+    EXPECT_GE(m.shared.offers_total, 1u);
     EXPECT_EQ(store->snapshot().at(key), good);
   }
 }
