@@ -62,7 +62,11 @@ function startChild(cmd, args, ready, what, ms = 60000) {
 async function stop(child, signal = 'SIGTERM') {
   if (!child || child.proc.exitCode !== null || child.proc.signalCode !== null) return null;
   child.proc.kill(signal);
-  return Promise.race([child.exited, new Promise((r) => setTimeout(() => r({ code: 'timeout' }), 30000))]);
+  let timer;
+  const timeout = new Promise((r) => { timer = setTimeout(() => r({ code: 'timeout' }), 30000); });
+  const result = await Promise.race([child.exited, timeout]);
+  clearTimeout(timer);  // a pending timer would keep node alive for its 30 s
+  return result;
 }
 
 let redisPort;
@@ -215,7 +219,7 @@ test('garbage, truncated and another model\'s values are refused, counted and re
   }
 });
 
-test('nginx round-robin: a four-turn chat alternating replicas reuses >= 90% of each prompt from turn 2', async () => {
+test('nginx round-robin: a four-turn chat alternating replicas reuses >= 90% of each prompt from turn 2', async (t) => {
   const port = await freePort();
   const upA = new URL(A.url).port;
   const upB = new URL(B.url).port;
@@ -260,6 +264,8 @@ http {
       const r = await post(lb, '/v1/chat/completions', { model: MODEL, messages, max_tokens: 8, temperature: 0 });
       const u = r.usage;
       usages.push(u);
+      t.diagnostic(`turn ${turn + 1}: ${u.prompt_tokens} prompt tokens, ${u.prompt_tokens_details.cached_tokens} reused ` +
+        `(${u.prompt_tokens_details.store_tokens} from Redis)`);
       if (turn > 0) {
         assert.ok(u.prompt_tokens_details.cached_tokens >= 0.9 * u.prompt_tokens,
           `turn ${turn + 1}: ${JSON.stringify(u)}`);
