@@ -250,6 +250,7 @@ void RedisPrefixStore::writer_loop() {
     writing_ = true;
     lock.unlock();
     std::string error;
+    bool refused = false;  // Redis answered with an error (e.g. OOM under noeviction): it is up
     if (backing_off()) {
       error = "skipped";
     } else {
@@ -263,12 +264,14 @@ void RedisPrefixStore::writer_loop() {
         if (!r) {
           error = fmt::format("SET: {}", c->errstr);
         } else if (r->type == REDIS_REPLY_ERROR) {
-          error = fmt::format("SET: {}", std::string(r->str, r->len));  // e.g. OOM with noeviction
+          error = fmt::format("SET: {}", std::string(r->str, r->len));
+          refused = true;
         }
       } catch (const StoreUnavailable& e) {
         error = e.what();
       }
-      if (!error.empty()) {
+      // A refused write keeps the connection and does not pause lookups; a broken one does.
+      if (!error.empty() && !refused) {
         if (c != nullptr) redisFree(c);
         c = nullptr;
         failed(error);
