@@ -285,6 +285,25 @@ http {
   }
 });
 
+test('Redis frozen (SIGSTOP): lookups time out in tens of milliseconds, the request is computed', async () => {
+  const prompt = `${story(5)} Frozen.`;
+  const want = await complete(A.url, prompt, 8);
+  const m0 = await metrics(B.url);
+  redis.proc.kill('SIGSTOP');
+  try {
+    const t0 = Date.now();
+    const b = await complete(B.url, prompt, 8);
+    const seconds = (Date.now() - t0) / 1000;
+    assert.equal(b.choices[0].text, want.choices[0].text);
+    assert.equal(b.usage.prompt_tokens_details.store_tokens, 0);
+    const m1 = await metrics(B.url);
+    assert.ok(m1.turbokv_prefix_store_unavailable_total > m0.turbokv_prefix_store_unavailable_total, JSON.stringify(m1));
+    assert.ok(seconds < 10, `took ${seconds} s`);
+  } finally {
+    redis.proc.kill('SIGCONT');
+  }
+});
+
 test('Redis killed mid-run: requests still answer, computed, and the failures are counted', async () => {
   const prompt = story(2);
   const want = await complete(A.url, `${prompt} The end.`, 48);
