@@ -34,6 +34,7 @@
 #include "engine/tokenizer.hpp"
 #endif
 #include "cache_roundtrip_input.hpp"
+#include "server/prefix_value.hpp"
 #if __has_include("turbokv/codec.hpp")
 #include "turbokv/codec.hpp"
 #include "codec_input.hpp"
@@ -247,6 +248,46 @@ void cache_roundtrip_seeds() {
   }
 }
 
+// fuzz_prefix_value: values of the shared prefix store (a mode byte, then the value; see
+// fuzz_prefix_value.cpp). Valid values of two cache classes under the fixed expectation
+// (identity {7, 9, 16}, 32 tokens of id 5, 2 layers of 2 x 8) and with the expectation taken
+// from their headers, and damaged copies.
+void prefix_value_seeds() {
+  const std::string t = "prefix_value";
+  const std::vector<int> tokens(32, 5);
+  for (const bool turboquant : {false, true}) {
+    turbokv::PromptCache cache;
+    for (int l = 0; l < 2; ++l) {
+#ifdef SEEDS_HAVE_TURBOQUANT
+      if (turboquant) {
+        turbokv::TurboQuantCacheOptions o;
+        o.key_bits = o.value_bits = 4;
+        o.window = 4;
+        o.sinks = 1;
+        cache.add_layer(std::make_unique<turbokv::TurboQuantKVCache>(2, 8, o));
+      } else
+#endif
+      {
+        cache.add_layer(std::make_unique<turbokv::DenseKVCache>(2, 8));
+      }
+      fill(cache.layer(static_cast<size_t>(l)), tokens.size());
+    }
+    const std::string v = turbokv::server::encode_prefix_value({7, 9, 16}, tokens, cache);
+    const std::string stem = turboquant ? "turboquant" : "dense";
+    for (const uint8_t mode : {uint8_t{0x00}, uint8_t{0x13}}) {
+      Bytes b{mode};
+      b.insert(b.end(), v.begin(), v.end());
+      put(t, fmt::format("valid_{}_mode{}.bin", stem, mode), b);
+      Bytes cut(b.begin(), b.begin() + static_cast<long>(b.size() / 2));
+      put(t, fmt::format("damaged_{}_mode{}_half.bin", stem, mode), cut);
+      Bytes flipped = b;
+      flipped[60] ^= 0x10;  // a token id
+      flipped[0] |= 1;      // with the checksum rewritten: reaches the token check
+      put(t, fmt::format("damaged_{}_mode{}_token.bin", stem, mode), flipped);
+    }
+  }
+}
+
 // ---- llama2.c checkpoints and tokenizer.bin -------------------------------------------------
 
 Bytes llama2c_checkpoint(int dim, int hidden, int layers, int heads, int kv_heads, int vocab, int seq,
@@ -419,6 +460,7 @@ int main(int argc, char** argv) {
 #ifdef SEEDS_HAVE_GGUF
   gguf_seeds();
 #endif
-  cache_roundtrip_seeds();  // last: the seeds above keep the random draws they had before
+  cache_roundtrip_seeds();  // the seeds above keep the random draws they had before
+  prefix_value_seeds();     // last, for the same reason
   return 0;
 }

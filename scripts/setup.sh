@@ -9,6 +9,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev            # turbokv serve (HTTP/1.1)
   libxxhash-dev                 # XXH3 checksums of saved caches
+  libhiredis-dev                # serve --prefix-store (Redis client)
+  redis-server nginx            # the shared prefix store's tests (a store, a load balancer)
   clang-14 libclang-rt-14-dev   # libFuzzer and sanitizer builds
   gnuplot-nox                   # docs/ plots
   bible-kjv fortunes            # evaluation texts (see README)

@@ -29,7 +29,8 @@ struct GenerationRequest {
 struct Usage {
   size_t prompt_tokens = 0;
   size_t completion_tokens = 0;
-  size_t cached_tokens = 0;  // prompt tokens restored from the prefix cache, not computed
+  size_t cached_tokens = 0;  // prompt tokens restored (prefix cache or shared store), not computed
+  size_t store_tokens = 0;   // of which from the shared store (other replicas' work)
 };
 
 struct StreamEvent {

@@ -22,7 +22,12 @@ struct Scheduler::Sequence {
   std::vector<KVCache*> layers;
   size_t reservation = 0;
   size_t fed = 0;                   // prompt tokens in the cache
-  size_t cached = 0;                // of which restored from the prefix cache
+  size_t cached = 0;                // of which restored from the prefix cache or the store
+  size_t from_store = 0;            // of which restored from the shared store
+  std::vector<bool> in_store;       // per page boundary: the shared store already holds it
+  // The prompt and generated tokens up to the last page boundary the answer crossed, encoded for
+  // the shared store: queued when the sequence ends (the next turn of a chat starts with them).
+  std::optional<SharedPrefixes::Encoded> answer_prefix;
   std::vector<int> generated;       // sampled tokens (the last one not yet fed)
   std::optional<engine::Sampler> sampler;
   std::optional<TextStream> text;
@@ -77,6 +82,10 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
                             options_.kv_budget, options_.page_tokens + 1, footprint_.reservation(options_.page_tokens + 1)));
   }
   metrics_.kv_budget = options_.kv_budget;
+  if (options_.prefix_store) {
+    shared_ = std::make_unique<SharedPrefixes>(options_.prefix_store, model, options_.cache, options_.page_tokens);
+    metrics_.prefix_store = true;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -104,6 +113,10 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
                     need, n, request.max_tokens, options_.kv_budget));
     return Admission::too_large;
   }
+  // The shared store's longest prefix, fetched here so the engine loop never waits on the
+  // network (at most a few round trips, each bounded by the store's timeout).
+  SharedPrefixes::Lookup stored;
+  if (shared_) stored = shared_->lookup(request.prompt, n - 1);
   {
     std::lock_guard lock(mutex_);
     if (draining_) {
@@ -117,7 +130,7 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
       say(fmt::format("{} requests are waiting (--max-queue {}); retry later", waiting_.size(), options_.max_queue));
       return Admission::queue_full;
     }
-    waiting_.emplace_back(std::move(request), std::move(handle));
+    waiting_.push_back({std::move(request), std::move(handle), std::move(stored)});
     metrics_.waiting = waiting_.size();
   }
   wake_.notify_all();
@@ -144,8 +157,13 @@ void Scheduler::drain(std::chrono::milliseconds grace) {
 }
 
 SchedulerMetrics Scheduler::metrics() const {
-  std::lock_guard lock(mutex_);
-  return metrics_;
+  SchedulerMetrics m;
+  {
+    std::lock_guard lock(mutex_);
+    m = metrics_;
+  }
+  if (shared_) m.shared = shared_->metrics();
+  return m;
 }
 
 void Scheduler::loop() {
@@ -176,8 +194,8 @@ void Scheduler::loop() {
   for (auto& seq : running_) fail(*seq, "the server shut down before the request finished");
   for (size_t i = running_.size(); i-- > 0;) release(i);
   std::lock_guard lock(mutex_);
-  for (auto& [request, handle] : waiting_) {
-    handle->push({StreamEvent::Kind::failed, "", "", {}, "the server shut down before the request started"});
+  for (auto& w : waiting_) {
+    w.handle->push({StreamEvent::Kind::failed, "", "", {}, "the server shut down before the request started"});
   }
   waiting_.clear();
   metrics_.waiting = 0;
@@ -187,16 +205,16 @@ void Scheduler::loop() {
 void Scheduler::admit() {
   const engine::ModelConfig& c = model_.config;
   for (;;) {
-    std::pair<GenerationRequest, std::shared_ptr<RequestHandle>> next;
+    Waiting next;
     {
       std::lock_guard lock(mutex_);
       // Requests cancelled while waiting leave without ever running.
-      while (!waiting_.empty() && waiting_.front().second->cancelled()) {
+      while (!waiting_.empty() && waiting_.front().handle->cancelled()) {
         ++metrics_.requests_cancelled_total;
         waiting_.pop_front();
       }
       if (waiting_.empty() || running_.size() >= static_cast<size_t>(options_.parallel)) return;
-      const auto& request = waiting_.front().first;
+      const auto& request = waiting_.front().request;
       const size_t need = footprint_.reservation(request.prompt.size() + static_cast<size_t>(request.max_tokens));
       while (reserved_ + impl_->prefixes.bytes() + need > options_.kv_budget && impl_->prefixes.size() > 0) {
         impl_->prefixes.evict_one();
@@ -208,16 +226,23 @@ void Scheduler::admit() {
       metrics_.waiting = waiting_.size();
     }
     auto seq = std::make_unique<Sequence>();
-    seq->request = std::move(next.first);
-    seq->handle = std::move(next.second);
+    seq->request = std::move(next.request);
+    seq->handle = std::move(next.handle);
+    seq->in_store = std::move(next.stored.present);
     const auto& prompt = seq->request.prompt;
     seq->reservation = footprint_.reservation(prompt.size() + static_cast<size_t>(seq->request.max_tokens));
     reserved_ += seq->reservation;
     // The longest stored prefix, leaving at least one prompt token to compute (its logits start
-    // the generation).
+    // the generation): the in-process one, or the shared store's when that is longer.
     const PrefixCache::Entry* hit =
         options_.prefix_cache ? impl_->prefixes.lookup(prompt, prompt.size() - 1) : nullptr;
-    if (hit != nullptr) {
+    const bool from_store =
+        next.stored.cache.has_value() && next.stored.tokens > (hit != nullptr ? hit->tokens.size() : 0);
+    if (from_store) {
+      seq->cache = std::move(*next.stored.cache);
+      seq->fed = seq->cached = seq->from_store = next.stored.tokens;
+      hit = nullptr;
+    } else if (hit != nullptr) {
       try {
         seq->cache = PrefixCache::restore(*hit);
         seq->fed = seq->cached = hit->tokens.size();
@@ -227,12 +252,12 @@ void Scheduler::admit() {
         hit = nullptr;
       }
     }
-    if (hit == nullptr) seq->cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
+    if (!from_store && hit == nullptr) seq->cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
     for (size_t l = 0; l < seq->cache.n_layers(); ++l) seq->layers.push_back(&seq->cache.layer(l));
     seq->sampler.emplace(seq->request.sampling);
     seq->text.emplace(tokenizer_, prompt.back(), seq->request.stop);
     // Prefixes worth keeping: each mark (and the prompt's end) rounded down to whole pages.
-    if (options_.prefix_cache) {
+    if (options_.prefix_cache || shared_) {
       auto marks = seq->request.prefix_marks;
       marks.push_back(prompt.size() - 1);
       marks.push_back(impl_->prefixes.longest_seen(prompt, prompt.size() - 1));
@@ -247,9 +272,11 @@ void Scheduler::admit() {
     {
       std::lock_guard lock(mutex_);
       metrics_.prompt_tokens_total += prompt.size();
-      metrics_.prompt_tokens_cached_total += seq->cached;
+      metrics_.prompt_tokens_cached_total += seq->cached - seq->from_store;
+      metrics_.prompt_tokens_store_total += seq->from_store;
       metrics_.prompt_tokens_computed_total += prompt.size() - seq->cached;
       if (options_.prefix_cache) ++(hit != nullptr ? metrics_.prefix_cache_hits_total : metrics_.prefix_cache_misses_total);
+      if (shared_) ++(from_store ? metrics_.prefix_store_hits_total : metrics_.prefix_store_misses_total);
     }
     running_.push_back(std::move(seq));
   }
@@ -321,6 +348,9 @@ bool Scheduler::step() {
     }
   }
   for (auto& seq : running_) take_prefix_snapshots(*seq);
+  if (shared_) {
+    for (auto& seq : running_) keep_answer_prefix(*seq);
+  }
   for (size_t i = running_.size(); i-- > 0;) {
     if (running_[i]->done) release(i);
   }
@@ -341,12 +371,29 @@ void Scheduler::take_prefix_snapshots(Sequence& seq) {
     seq.snapshot_at.erase(seq.snapshot_at.begin());
     // Only a cache holding exactly `at` tokens is that prefix (chunks end on page multiples, so
     // the cache passes every one of them at the end of some step).
-    if (seq.cache.size() != at || impl_->prefixes.contains(seq.request.prompt, at)) continue;
+    if (seq.cache.size() != at) continue;
+    if (shared_) {
+      const size_t block = at / options_.page_tokens - 1;
+      if (block >= seq.in_store.size() || !seq.in_store[block]) shared_->offer(seq.request.prompt, seq.cache);
+    }
+    if (!options_.prefix_cache || impl_->prefixes.contains(seq.request.prompt, at)) continue;
     // Kept only within the budget left by the running sequences' reservations.
     const size_t room = options_.kv_budget - std::min(options_.kv_budget, reserved_ + impl_->prefixes.bytes());
     if (allocated_bytes(seq.cache) > room) continue;
     impl_->prefixes.insert(seq.request.prompt, seq.cache);
   }
+}
+
+void Scheduler::keep_answer_prefix(Sequence& seq) {
+  const auto& prompt = seq.request.prompt;
+  const size_t n = seq.cache.size();
+  // Past the prompt, on a page boundary: the cache holds the prompt and the first n - prompt
+  // generated tokens (the newest sampled token is not fed yet).
+  if (seq.prefilling() || n <= prompt.size() || n % options_.page_tokens != 0) return;
+  if (n - prompt.size() > seq.generated.size()) return;  // cannot happen: a sampled token precedes each fed one
+  std::vector<int> tokens(prompt);
+  tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.begin() + static_cast<long>(n - prompt.size()));
+  seq.answer_prefix = shared_->encode(tokens, seq.cache);
 }
 
 void Scheduler::finish(Sequence& seq, const std::string& reason) {
@@ -356,6 +403,7 @@ void Scheduler::finish(Sequence& seq, const std::string& reason) {
   done.usage.prompt_tokens = seq.request.prompt.size();
   done.usage.completion_tokens = seq.generated.size();
   done.usage.cached_tokens = seq.cached;
+  done.usage.store_tokens = seq.from_store;
   seq.handle->push(std::move(done));
   seq.done = true;
   std::lock_guard lock(mutex_);
@@ -370,6 +418,7 @@ void Scheduler::fail(Sequence& seq, const std::string& error) {
 }
 
 void Scheduler::release(size_t index) {
+  if (shared_ && running_[index]->answer_prefix) shared_->put(std::move(*running_[index]->answer_prefix));
   reserved_ -= running_[index]->reservation;
   running_.erase(running_.begin() + static_cast<long>(index));
 }

@@ -13,6 +13,13 @@
 //      matrix read once for the whole batch);
 //   4. samples each sequence that produced logits, streams its text, finishes it on an
 //      end-of-generation token, a stop string, max_tokens or the context's end.
+// With a shared prefix store (SchedulerOptions::prefix_store), submit() -- on the caller's HTTP
+// thread, never the engine loop -- looks up the longest prefix of the prompt another replica
+// stored, and admission takes whichever of that and the in-process prefix is longer; the
+// prefixes this replica computes (at the same page-aligned snapshot points) are queued for the
+// store by the engine loop, which only serializes them (the store's thread sends them); so is
+// the prompt plus the generated answer up to its last page boundary, when the sequence ends
+// (a chat's next turn starts with it).
 // Prompts are cut at fixed positions (multiples of page_tokens), whatever the traffic, so with
 // BatchForward's batch invariance a request's output does not depend on the other requests
 // (and a restored prefix gives what recomputing it would: entries are taken at those cuts).
@@ -35,6 +42,7 @@
 #include "engine/tokenizer.hpp"
 #include "server/kv_budget.hpp"
 #include "server/request.hpp"
+#include "server/shared_prefixes.hpp"
 #include "turbokv/prompt_cache.hpp"
 
 namespace turbokv::server {
@@ -52,6 +60,9 @@ struct SchedulerOptions {
   size_t page_tokens = 32;
   size_t step_tokens = 128;     // rows per step at most (decode tokens + prompt chunks)
   bool prefix_cache = true;
+  // The tier shared with other replicas (server/shared_prefixes.hpp): null for none. Blocks are
+  // pages.
+  std::shared_ptr<PrefixStore> prefix_store;
 };
 
 // Counters and gauges for /metrics (a consistent snapshot).
@@ -60,6 +71,10 @@ struct SchedulerMetrics {
   size_t kv_budget = 0, kv_reserved = 0, kv_allocated = 0, kv_tokens = 0;
   size_t prefix_cache_bytes = 0, prefix_cache_entries = 0;
   uint64_t prompt_tokens_total = 0, prompt_tokens_computed_total = 0, prompt_tokens_cached_total = 0;
+  uint64_t prompt_tokens_store_total = 0;  // restored from the shared store (not in cached_total)
+  uint64_t prefix_store_hits_total = 0, prefix_store_misses_total = 0;
+  bool prefix_store = false;  // a shared store is configured (then `shared` is filled in)
+  SharedPrefixMetrics shared;
   uint64_t generated_tokens_total = 0;
   uint64_t prefix_cache_hits_total = 0, prefix_cache_misses_total = 0, prefix_cache_evictions_total = 0;
   uint64_t requests_finished_total = 0, requests_cancelled_total = 0, requests_failed_total = 0;
@@ -103,6 +118,7 @@ class Scheduler {
   void fail(Sequence& seq, const std::string& error);
   void release(size_t index);
   void take_prefix_snapshots(Sequence& seq);
+  void keep_answer_prefix(Sequence& seq);
   void update_gauges();
 
   const engine::Model& model_;
@@ -113,7 +129,12 @@ class Scheduler {
 
   mutable std::mutex mutex_;  // guards waiting_, draining_, stopping_, metrics_
   std::condition_variable wake_;
-  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestHandle>>> waiting_;
+  struct Waiting {
+    GenerationRequest request;
+    std::shared_ptr<RequestHandle> handle;
+    SharedPrefixes::Lookup stored;  // what the shared store had, fetched before queueing
+  };
+  std::deque<Waiting> waiting_;
   bool draining_ = false;
   bool stopping_ = false;
   SchedulerMetrics metrics_;
@@ -123,6 +144,7 @@ class Scheduler {
   size_t reserved_ = 0;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<SharedPrefixes> shared_;  // null without a store
   std::thread thread_;
 };
 

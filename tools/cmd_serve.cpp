@@ -23,6 +23,7 @@
 #include "engine/tokenizer_factory.hpp"
 #include "kv_flags.hpp"
 #include "server/api_server.hpp"
+#include "server/prefix_store_redis.hpp"
 #include "server/scheduler.hpp"
 #include "turbokv/error.hpp"
 
@@ -44,6 +45,8 @@ struct ServeArgs {
   size_t page_tokens = 32;  // see SchedulerOptions::page_tokens
   size_t step_tokens = 128;
   bool no_prefix_cache = false;
+  std::string prefix_store;
+  server::RedisStoreOptions redis;
   double shutdown_grace = 30;
 };
 
@@ -66,6 +69,9 @@ int run_serve(const ServeArgs& a) {
   so.page_tokens = a.page_tokens;
   so.step_tokens = a.step_tokens;
   so.prefix_cache = !a.no_prefix_cache;
+  if (!a.prefix_store.empty()) {
+    so.prefix_store = std::make_shared<server::RedisPrefixStore>(server::parse_redis_url(a.prefix_store), a.redis);
+  }
 
   server::ApiServer api(a.http);
   // One HTTP thread per request in flight (a streaming request holds its thread), capped: past
@@ -112,6 +118,9 @@ int run_serve(const ServeArgs& a) {
               kv_cache_label(so.cache).c_str(), so.page_tokens, so.kv_budget,
               static_cast<double>(so.kv_budget) / static_cast<double>(scheduler.reservation(static_cast<size_t>(scheduler.context()))),
               static_cast<double>(so.kv_budget) / static_cast<double>(fp16_seq));
+  if (so.prefix_store) {
+    std::printf("prefix store %s, blocks of %zu tokens\n", so.prefix_store->describe().c_str(), so.page_tokens);
+  }
   std::printf("ready\n");
   std::fflush(stdout);
 
@@ -148,6 +157,12 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
   app.add_option("--kv-page-tokens", a->page_tokens, "KV page and prompt chunk size in tokens")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--step-tokens", a->step_tokens, "token rows per batched step at most")->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_flag("--no-prefix-cache", a->no_prefix_cache, "do not keep computed prompt prefixes for reuse");
+  app.add_option("--prefix-store", a->prefix_store,
+                 "share computed prompt prefixes with other replicas through Redis: redis://[:PASSWORD@]HOST:PORT[/DB]");
+  app.add_option("--prefix-store-timeout", a->redis.timeout_ms, "milliseconds per Redis call (then: compute)")
+      ->capture_default_str()->check(CLI::Range(1, 60000));
+  app.add_option("--prefix-store-ttl", a->redis.ttl_seconds, "seconds a stored prefix lives (0: until Redis evicts it)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   app.add_option("--max-body", a->http.max_body_bytes, "largest request body in bytes (more: 413)")->capture_default_str();
   app.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")->capture_default_str();
   return [a] { return run_serve(*a); };

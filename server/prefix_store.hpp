@@ -1,0 +1,77 @@
+// PrefixStore: the key-value store a shared prefix tier lives in (Redis in production:
+// server/prefix_store_redis.hpp; MemoryPrefixStore for tests), behind the narrow interface the
+// tier needs, so the scheduler is testable without a network.
+//
+// Contract: exists() and get() are the lookup path (called from HTTP threads, never from the
+// engine loop); each is one round trip bounded by the store's per-call timeout and throws
+// StoreUnavailable when the store is down, slow or answers nonsense. put() queues a write and
+// returns at once: writes go out on the store's own thread and never delay a request; a write
+// that fails or does not fit in the queue is dropped and counted.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "turbokv/error.hpp"
+
+namespace turbokv::server {
+
+class StoreUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+struct StoreCounters {
+  uint64_t writes_total = 0;          // values stored
+  uint64_t write_bytes_total = 0;     // their bytes
+  uint64_t writes_failed_total = 0;   // writes the store refused or that hit an error
+  uint64_t writes_dropped_total = 0;  // writes dropped because the queue was full
+  uint64_t calls_failed_total = 0;    // lookups that hit an error or a timeout
+};
+
+class PrefixStore {
+ public:
+  virtual ~PrefixStore() = default;
+  // One flag per key: whether the store holds it (one pipelined round trip).
+  virtual std::vector<bool> exists(const std::vector<std::string>& keys) = 0;
+  // The value, or nullopt when the key is gone (e.g. evicted since exists()).
+  virtual std::optional<std::string> get(const std::string& key) = 0;
+  virtual void put(std::string key, std::string value) = 0;
+  // Waits (up to `ms`) until every queued write has been attempted: tests and benchmarks.
+  virtual void flush(int ms) = 0;
+  virtual StoreCounters counters() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// An in-process map with switchable faults: the unit tests' store.
+class MemoryPrefixStore : public PrefixStore {
+ public:
+  std::vector<bool> exists(const std::vector<std::string>& keys) override;
+  std::optional<std::string> get(const std::string& key) override;
+  void put(std::string key, std::string value) override;
+  void flush(int) override {}
+  StoreCounters counters() const override;
+  std::string describe() const override { return "memory"; }
+
+  // Faults: every call throws StoreUnavailable while down; get() answers nullopt (an eviction
+  // between exists() and get()) while evicting.
+  std::atomic<bool> down{false};
+  std::atomic<bool> evicting{false};
+  // Direct access for tests that damage values.
+  std::map<std::string, std::string> snapshot() const;
+  void overwrite(const std::string& key, std::string value);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::string> values_;
+  StoreCounters counters_;
+};
+
+}  // namespace turbokv::server

@@ -1,0 +1,300 @@
+// The shared prefix tier without Redis: two schedulers (replicas A and B) over one
+// MemoryPrefixStore on the kjv model. B restores what A computed and answers exactly as A; a
+// store that is down or evicts mid-lookup, and values that are garbage, truncated or another
+// model's, are counted and computed instead, with the same answer. And the value format on its
+// own: round trip and every rejection.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model.hpp"
+#include "engine/tokenizer_factory.hpp"
+#include "server/prefix_store.hpp"
+#include "server/prefix_store_redis.hpp"
+#include "server/prefix_value.hpp"
+#include "server/scheduler.hpp"
+#include "server/shared_prefixes.hpp"
+#include "turbokv/error.hpp"
+
+namespace turbokv::server {
+namespace {
+
+const std::string kModels = TURBOKV_MODELS_DIR;
+constexpr size_t kPage = 16;
+const std::string kCache = "turboquant:bits=4,window=32,sinks=1,exact=f16";
+
+struct Kjv {
+  engine::Model model = engine::load_model(kModels + "/kjv-llama-3M.bin");
+  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
+};
+
+const Kjv& kjv() {
+  static const Kjv k;
+  return k;
+}
+
+SchedulerOptions options(std::shared_ptr<PrefixStore> store, bool local_prefixes = true) {
+  SchedulerOptions o;
+  o.cache = parse_cache_config(kCache);
+  o.kv_budget = 64 << 20;
+  o.threads = 2;
+  o.page_tokens = kPage;
+  o.prefix_cache = local_prefixes;
+  o.prefix_store = std::move(store);
+  return o;
+}
+
+struct Result {
+  std::string text;
+  Usage usage;
+  std::string error;
+};
+
+Result run(Scheduler& s, const std::vector<int>& prompt, int max_tokens = 24) {
+  GenerationRequest g;
+  g.prompt = prompt;
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = 0;
+  auto h = std::make_shared<RequestHandle>();
+  std::string why;
+  Result r;
+  if (s.submit(std::move(g), h, &why) != Scheduler::Admission::accepted) {
+    r.error = why;
+    return r;
+  }
+  StreamEvent ev;
+  for (;;) {
+    if (!h->wait_next(ev, std::chrono::seconds(60))) {
+      r.error = "timeout";
+      return r;
+    }
+    if (ev.kind == StreamEvent::Kind::text) r.text += ev.text;
+    if (ev.kind == StreamEvent::Kind::failed) {
+      r.error = ev.error;
+      return r;
+    }
+    if (ev.kind == StreamEvent::Kind::finished) {
+      r.usage = ev.usage;
+      return r;
+    }
+  }
+}
+
+const std::string kLong =
+    "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness "
+    "was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God said, Let there "
+    "be light: and there was light. And God saw the light, that it was good: and God divided the light from the "
+    "darkness.";
+
+std::vector<int> long_prompt(const std::string& tail = "") { return kjv().tok->encode(kLong + tail, true); }
+
+TEST(SharedPrefixes, ReplicaBRestoresWhatReplicaAComputedAndAnswersTheSame) {
+  auto store = std::make_shared<MemoryPrefixStore>();
+  const auto prompt = long_prompt();
+  ASSERT_GT(prompt.size(), 6 * kPage);
+  Result a;
+  {
+    Scheduler replica_a(kjv().model, *kjv().tok, options(store));
+    a = run(replica_a, prompt);
+    ASSERT_EQ(a.error, "");
+    EXPECT_EQ(a.usage.store_tokens, 0u);
+  }  // A is gone; the store outlives it.
+  EXPECT_GE(store->snapshot().size(), 1u);
+  Scheduler replica_b(kjv().model, *kjv().tok, options(store));
+  const Result b = run(replica_b, prompt);
+  ASSERT_EQ(b.error, "");
+  EXPECT_EQ(b.text, a.text);
+  EXPECT_EQ(b.usage.store_tokens, (prompt.size() - 1) / kPage * kPage);
+  EXPECT_LE(b.usage.prompt_tokens - b.usage.cached_tokens, kPage);  // at most one block computed
+  const auto m = replica_b.metrics();
+  EXPECT_EQ(m.prompt_tokens_store_total, b.usage.store_tokens);
+  EXPECT_EQ(m.prefix_store_hits_total, 1u);
+  EXPECT_EQ(m.shared.hits_total, 1u);
+  // B found the prompt there: it does not write it again (at most its answer's prefix).
+  EXPECT_LE(m.shared.offers_total, 1u);
+
+  // A longer prompt that extends it restores the shared part from B's own store lookup and
+  // computes only its tail; the output equals a replica that computes everything.
+  const auto longer = long_prompt(" And God called the light Day, and the darkness he called Night.");
+  Scheduler alone(kjv().model, *kjv().tok, options(nullptr, false));
+  const Result want = run(alone, longer);
+  Scheduler replica_c(kjv().model, *kjv().tok, options(store));
+  const Result c = run(replica_c, longer);
+  EXPECT_EQ(c.text, want.text);
+  // At least the first prompt's prefix; more when A's answer began as this prompt goes on.
+  EXPECT_GE(c.usage.store_tokens, (prompt.size() - 1) / kPage * kPage);
+}
+
+TEST(SharedPrefixes, AGeneratedAnswerIsStoredForTheNextTurn) {
+  auto store = std::make_shared<MemoryPrefixStore>();
+  const auto prompt = long_prompt();
+  Result a;
+  {
+    Scheduler replica_a(kjv().model, *kjv().tok, options(store));
+    a = run(replica_a, prompt, 40);
+    ASSERT_EQ(a.error, "");
+  }
+  // The next turn, tokenized from its text as a client sends it: the prompt, the answer, more.
+  const auto next = long_prompt(a.text + " And the evening and the morning were the first day.");
+  Scheduler alone(kjv().model, *kjv().tok, options(nullptr, false));
+  const Result want = run(alone, next);
+  Scheduler replica_b(kjv().model, *kjv().tok, options(store));
+  const Result b = run(replica_b, next);
+  EXPECT_EQ(b.text, want.text);
+  // Tokenizing the answer's text may differ from the sampled ids somewhere; up to there, the
+  // answer's stored prefix serves, so more than the prompt is restored.
+  EXPECT_GT(b.usage.store_tokens, prompt.size());
+}
+
+TEST(SharedPrefixes, StoreDownOrEvictingMidLookupComputesAndCounts) {
+  auto store = std::make_shared<MemoryPrefixStore>();
+  const auto prompt = long_prompt();
+  Scheduler alone(kjv().model, *kjv().tok, options(nullptr, false));
+  const Result want = run(alone, prompt);
+  {
+    Scheduler replica_a(kjv().model, *kjv().tok, options(store));
+    EXPECT_EQ(run(replica_a, prompt).text, want.text);
+  }
+  store->down = true;
+  {
+    Scheduler replica_b(kjv().model, *kjv().tok, options(store, false));
+    const Result b = run(replica_b, prompt);
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(b.text, want.text);
+    EXPECT_EQ(b.usage.cached_tokens, 0u);
+    const auto m = replica_b.metrics();
+    EXPECT_EQ(m.shared.unavailable_total, 1u);
+    EXPECT_GE(m.shared.store.writes_failed_total, 1u);  // its own write found the store down too
+  }
+  store->down = false;
+  store->evicting = true;
+  {
+    Scheduler replica_b(kjv().model, *kjv().tok, options(store, false));
+    const Result b = run(replica_b, prompt);
+    EXPECT_EQ(b.text, want.text);
+    EXPECT_EQ(b.usage.cached_tokens, 0u);
+    EXPECT_EQ(replica_b.metrics().shared.evicted_total, 1u);
+  }
+}
+
+TEST(SharedPrefixes, DamagedOrForeignValuesAreRefusedCountedAndReplaced) {
+  const auto prompt = long_prompt();
+  Scheduler alone(kjv().model, *kjv().tok, options(nullptr, false));
+  const Result want = run(alone, prompt);
+  auto store = std::make_shared<MemoryPrefixStore>();
+  {
+    Scheduler replica_a(kjv().model, *kjv().tok, options(store));
+    EXPECT_EQ(run(replica_a, prompt).text, want.text);
+  }
+  // The key of the prompt's prefix (A also stored its answer's, under another key).
+  const size_t n = (prompt.size() - 1) / kPage * kPage;
+  CacheConfig config = parse_cache_config(kCache);  // as the scheduler sets it: pages of kPage
+  config.tq.page_tokens = config.dense_page_tokens = kPage;
+  SharedPrefixes tier(store, kjv().model, config, kPage);
+  const std::string key = prefix_key(prefix_chain(tier.identity(), prompt, n / kPage).back());
+  const std::string good = store->snapshot().at(key);
+
+  // Another model's value under this key: the same bytes with another model fingerprint in a
+  // self-consistent value (a valid checksum), as a replica serving another model would write.
+  PrefixIdentity other{0x1234, cache_config_hash(parse_cache_config(kCache)), kPage};
+  PrefixExpectation expect{tier.identity(), std::span<const int>(prompt.data(), n), kjv().model.config.n_layers,
+                           kjv().model.config.n_kv_heads, kjv().model.config.head_dim};
+  const PromptCache restored = decode_prefix_value(good, expect);
+  std::string foreign = encode_prefix_value(other, std::span<const int>(prompt.data(), n), restored);
+  // Another quantizer's (3-bit) cache with this model's identity.
+  PromptCache three = make_prompt_cache(kjv().model.config.n_layers, kjv().model.config.n_kv_heads,
+                                        kjv().model.config.head_dim, parse_cache_config("turboquant:bits=3"));
+  std::vector<float> kv(static_cast<size_t>(kjv().model.config.n_kv_heads * kjv().model.config.head_dim) * n, 0.5f);
+  for (size_t l = 0; l < three.n_layers(); ++l) three.layer(l).append(kv, kv, n);
+  std::string other_quantizer = encode_prefix_value(tier.identity(), std::span<const int>(prompt.data(), n), three);
+
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x40;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"garbage", std::string(4096, 'x')},
+      {"truncated", good.substr(0, good.size() / 2)},
+      {"flipped", flipped},
+      {"foreign", foreign},
+      {"other quantizer", other_quantizer},
+  };
+  for (const auto& [what, value] : bad) {
+    SCOPED_TRACE(what);
+    store->overwrite(key, value);
+    Scheduler replica_b(kjv().model, *kjv().tok, options(store, false));
+    const Result b = run(replica_b, prompt);
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(b.text, want.text);
+    EXPECT_EQ(b.usage.cached_tokens, 0u);
+    const auto m = replica_b.metrics();
+    EXPECT_EQ(m.shared.rejected_total, 1u);
+    // B's own result replaced the bad value.
+    EXPECT_GE(m.shared.offers_total, 1u);
+    EXPECT_EQ(store->snapshot().at(key), good);
+  }
+}
+
+TEST(PrefixValue, RoundTripAndEveryTruncationRefused) {
+  const auto prompt = long_prompt();
+  const auto& c = kjv().model.config;
+  PromptCache cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, parse_cache_config(kCache));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const size_t n = 2 * kPage;
+  std::vector<float> k(static_cast<size_t>(c.n_kv_heads * c.head_dim) * n), v(k.size());
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
+  for (size_t l = 0; l < cache.n_layers(); ++l) cache.layer(l).append(k, v, n);
+  const PrefixIdentity id{7, 9, kPage};
+  const std::string value = encode_prefix_value(id, std::span<const int>(prompt.data(), n), cache);
+  const PrefixExpectation expect{id, std::span<const int>(prompt.data(), n), c.n_layers, c.n_kv_heads, c.head_dim};
+  const PromptCache back = decode_prefix_value(value, expect);
+  EXPECT_EQ(serialize_prompt_cache(back), serialize_prompt_cache(cache));
+  for (size_t cut = 0; cut < value.size(); cut += 97) {
+    EXPECT_THROW(decode_prefix_value(std::string_view(value).substr(0, cut), expect), PrefixValueError) << cut;
+  }
+  // Other tokens (a hash collision) and another identity.
+  std::vector<int> other(prompt.begin(), prompt.begin() + static_cast<long>(n));
+  other[5] += 1;
+  EXPECT_THROW(decode_prefix_value(value, {id, other, c.n_layers, c.n_kv_heads, c.head_dim}), PrefixValueError);
+  EXPECT_THROW(decode_prefix_value(value, {{7, 10, kPage}, expect.tokens, c.n_layers, c.n_kv_heads, c.head_dim}),
+               PrefixValueError);
+  // Keys chain: a prefix's key depends on every earlier token and on the identity.
+  const auto chain = prefix_chain(id, prompt, 3);
+  auto changed = prompt;
+  changed[0] += 1;
+  const auto chain2 = prefix_chain(id, changed, 3);
+  for (size_t b = 0; b < 3; ++b) EXPECT_NE(chain[b], chain2[b]);
+  EXPECT_NE(prefix_chain({8, 9, kPage}, prompt, 1)[0], chain[0]);
+}
+
+TEST(RedisPrefixStore, UrlsAndADownStoreCostsOneTimeout) {
+  const RedisAddress a = parse_redis_url("redis://:secret@10.0.0.5:6380/2");
+  EXPECT_EQ(a.host, "10.0.0.5");
+  EXPECT_EQ(a.port, 6380);
+  EXPECT_EQ(a.db, 2);
+  EXPECT_EQ(a.password, "secret");
+  EXPECT_EQ(parse_redis_url("redis://cache").port, 6379);
+  for (const char* bad : {"http://x:1", "redis://", "redis://h:0", "redis://h:99999", "redis://h:1/x", "redis://h:p"}) {
+    EXPECT_THROW(parse_redis_url(bad), Error) << bad;
+  }
+  // Nothing listens on port 1: the lookup fails fast, then the store is skipped (no new
+  // connection attempt per request) until the back-off ends.
+  RedisPrefixStore store(parse_redis_url("redis://127.0.0.1:1"), {.timeout_ms = 30, .retry_ms = 60000});
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(store.exists({"a", "b"}), StoreUnavailable);
+  EXPECT_THROW(store.get("a"), StoreUnavailable);
+  store.put("a", "b");
+  store.flush(1000);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  const auto counters = store.counters();
+  EXPECT_EQ(counters.calls_failed_total, 1u);
+  EXPECT_EQ(counters.writes_failed_total, 1u);
+}
+
+}  // namespace
+}  // namespace turbokv::server
