@@ -18,7 +18,10 @@ namespace {
 class LentLayers {
  public:
   explicit LentLayers(const std::vector<Layer*>& layers) : layers_(layers) {
-    for (Layer* l : layers_) locks_.emplace_back(l->mutex);
+    // In address order, like every multi-layer lock of the binding (no lock-order cycles).
+    std::vector<Layer*> order = layers_;
+    std::sort(order.begin(), order.end());
+    for (Layer* l : order) locks_.emplace_back(l->mutex);
     std::vector<std::unique_ptr<KVCache>> caches;
     for (Layer* l : layers_) caches.push_back(std::move(l->cache));
     prompt_ = PromptCache(std::move(caches));

@@ -82,6 +82,9 @@ def test_codec_encode_decode_shapes(rng):
         y = codec.decode(codes)
         assert y.shape == (5, 128) and y.dtype == np.float32
         np.testing.assert_array_equal(codec.decode(bytes(codes)), y)  # any bytes-like object
-        np.testing.assert_array_equal(codec.decode(codec.encode(x[0])), y[:1])
+        # One vector alone: same codes; decoding it alone may round differently in the last bit
+        # (the batch goes through the SIMD transform in groups).
+        np.testing.assert_array_equal(codec.encode(x[0]), codes[:1])
+        np.testing.assert_allclose(codec.decode(codec.encode(x[0])), y[:1], rtol=0, atol=1e-5)
     assert turbokv.TurboQuantMse(128, bits=3).code_size == 48 + 2  # codec.hpp: 3-bit codes + fp16 norm
     assert turbokv.TurboQuantProd(128, bits=3).code_size == 52

@@ -31,7 +31,7 @@ def test_logits_under_compression(model):
     tokens = model.encode("In the beginning God created the heaven and the earth. And the earth was without form")
     dense = model.logits(tokens)
     assert dense.shape == (len(tokens), model.config["vocab_size"])
-    for bits, threshold in ((4, 0.99), (3, 0.97)):
+    for bits, threshold in ((4, 0.995), (3, 0.99)):  # measured 0.9991, 0.9985
         compressed = model.logits(tokens, kv_bits=bits, kv_window=0, kv_sinks=1)
         worst = min(cosine(dense[i], compressed[i]) for i in range(len(tokens)))
         assert worst >= threshold, f"{bits}-bit worst logit cosine {worst:.4f}"

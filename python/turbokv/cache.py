@@ -7,6 +7,8 @@ per batch element (a ``turbokv._core.Layer``). A TurboQuant cache stores packed 
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import _core
@@ -35,6 +37,7 @@ class _Cache:
 
     def __init__(self):
         self._layers: list = []  # one _core.Layer per batch element, made on the first update
+        self._first_update = threading.Lock()  # two threads' first updates make the layers once
         self._pending_state = None
         self._pending_meta = None
 
@@ -59,31 +62,18 @@ class _Cache:
         _check_kv(keys, values)
         batch, kv_heads, _, head_dim = keys.shape
         if not self._layers:
-            self._layers = [self._make_layer(kv_heads, head_dim) for _ in range(batch)]
-        elif batch != len(self._layers):
+            with self._first_update:
+                if not self._layers:
+                    self._layers = [self._make_layer(kv_heads, head_dim) for _ in range(batch)]
+        if batch != len(self._layers):
             raise ValueError(f"this cache holds a batch of {len(self._layers)}, got keys for {batch}")
-        if batch > 1 and not (np.isfinite(keys).all() and np.isfinite(values).all()):
-            # Checked up front so a rejected batch leaves every element unchanged (each C++
-            # append is all-or-nothing on its own).
-            raise ValueError("keys and values must be finite (NaN or Inf found)")
-        for b, layer in enumerate(self._layers):
-            layer.append(keys[b], values[b])
-        return self._fetch(keys.dtype)
-
-    def _fetch(self, dtype):
-        first = self._layers[0]
-        shape = (len(self._layers), first.kv_heads, first.size(), first.head_dim)
-        out_k = np.empty(shape, dtype=dtype)
-        out_v = np.empty(shape, dtype=dtype)
-        for b, layer in enumerate(self._layers):
-            layer.fetch_into(out_k[b], out_v[b])
-        return out_k, out_v
+        return _core.update_and_fetch(self._layers, keys, values, keys.dtype)
 
     def fetch(self, dtype=np.float32):
         """The whole cache's keys and values without appending anything."""
         if not self._layers:
             raise ValueError("the cache is empty")
-        return self._fetch(np.dtype(dtype))
+        return _core.update_and_fetch(self._layers, None, None, np.dtype(dtype))
 
     @property
     def offset(self) -> int:
