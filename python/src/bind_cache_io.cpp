@@ -17,11 +17,7 @@ namespace {
 // the save throws: no copy of the (possibly large) caches is made.
 class LentLayers {
  public:
-  explicit LentLayers(const std::vector<Layer*>& layers) : layers_(layers) {
-    // In address order, like every multi-layer lock of the binding (no lock-order cycles).
-    std::vector<Layer*> order = layers_;
-    std::sort(order.begin(), order.end());
-    for (Layer* l : order) locks_.emplace_back(l->mutex);
+  explicit LentLayers(const std::vector<Layer*>& layers) : layers_(layers), locks_(layers, true) {
     std::vector<std::unique_ptr<KVCache>> caches;
     for (Layer* l : layers_) caches.push_back(std::move(l->cache));
     prompt_ = PromptCache(std::move(caches));
@@ -36,7 +32,7 @@ class LentLayers {
 
  private:
   std::vector<Layer*> layers_;
-  std::vector<std::unique_lock<std::shared_mutex>> locks_;
+  LayerLocks locks_;
   PromptCache prompt_;
 };
 
@@ -44,10 +40,6 @@ void save(const std::string& path, const std::vector<Layer*>& layers, const std:
   if (layers.empty()) throw Error("save_prompt_cache: no layers to save");
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i] == nullptr) throw Error(fmt::format("save_prompt_cache: layer {} is None", i));
-    // The same object twice would be locked twice (a deadlock) and lent twice.
-    if (std::count(layers.begin(), layers.end(), layers[i]) > 1) {
-      throw Error(fmt::format("save_prompt_cache: layer {} appears more than once", i));
-    }
   }
   py::gil_scoped_release unlocked;
   LentLayers lent(layers);

@@ -6,11 +6,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "turbokv/error.hpp"
 #include "turbokv/kv_cache.hpp"
@@ -45,6 +48,27 @@ struct Layer {
   explicit Layer(std::unique_ptr<KVCache> c) : cache(std::move(c)) {}
 };
 
+// Locks a set of layers (exclusive or shared) in address order, so two calls over overlapping
+// sets can never wait on each other in a cycle. The same layer twice is an error.
+class LayerLocks {
+ public:
+  LayerLocks(std::vector<Layer*> layers, bool exclusive) {
+    std::sort(layers.begin(), layers.end());
+    if (std::adjacent_find(layers.begin(), layers.end()) != layers.end()) throw Error("the same cache layer appears twice");
+    for (Layer* l : layers) {
+      if (exclusive) {
+        unique_.emplace_back(l->mutex);
+      } else {
+        shared_.emplace_back(l->mutex);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::unique_lock<std::shared_mutex>> unique_;
+  std::vector<std::shared_lock<std::shared_mutex>> shared_;
+};
+
 // Element types accepted for K/V and query arrays.
 enum class FloatKind { f32, f16 };
 
@@ -58,6 +82,7 @@ py::array c_contiguous(const py::array& a);
 size_t non_negative(long long value, const char* what);
 
 void bind_cache(py::module_& m);
+void bind_cache_data(py::module_& m);
 void bind_cache_io(py::module_& m);
 void bind_attention(py::module_& m);
 void bind_codec(py::module_& m);

@@ -50,6 +50,7 @@ PYBIND11_MODULE(_core, m) {
     }
   });
   tp::bind_cache(m);
+  tp::bind_cache_data(m);
   tp::bind_cache_io(m);
   tp::bind_attention(m);
   tp::bind_codec(m);
