@@ -14,6 +14,7 @@ packages=(
   clang-14 libclang-rt-14-dev   # libFuzzer and sanitizer builds
   gnuplot-nox                   # docs/ plots
   bible-kjv fortunes            # evaluation texts (see README)
+  pybind11-dev python3-dev python3-numpy python3-pytest   # the Python package (python/), for /usr/bin/python3
 )
 
 # The server's end-to-end tests run the official openai npm client: node and npm from Debian

@@ -24,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "turbokv/kv_cache.hpp"
@@ -57,6 +58,9 @@ class PromptCache {
   KVCache& layer(size_t i);
   const KVCache& layer(size_t i) const;
   void add_layer(std::unique_ptr<KVCache> cache);  // null -> turbokv::Error
+  // Hands the layers over and leaves none (the metadata stays): for an owner that keeps each
+  // layer on its own, e.g. the Python binding's per-layer cache objects.
+  std::vector<std::unique_ptr<KVCache>> release_layers() { return std::exchange(layers_, {}); }
 
   // Free-form user metadata saved with the cache (keys and values: UTF-8 strings).
   std::map<std::string, std::string>& metadata() { return metadata_; }
