@@ -1,7 +1,7 @@
 // `turbokv version`: the library version and the SIMD targets this build dispatches to.
 #include <fmt/format.h>
 
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/version.hpp"
 
 namespace turbokv::tools {

@@ -6,7 +6,7 @@
 #include <exception>
 #include <map>
 
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/version.hpp"
 

@@ -6,9 +6,9 @@
 #include <charconv>
 #include <cstdio>
 
-#include "command_registry.hpp"
 #include "engine/evaluate_decode.hpp"
 #include "engine/synthetic_model.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::tools {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"

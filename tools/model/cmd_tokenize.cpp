@@ -3,8 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "command_registry.hpp"
 #include "engine/tokenizer_factory.hpp"
+#include "tools/command_registry.hpp"
 
 namespace turbokv::tools {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "command_registry.hpp"
 #include "engine/gguf_convert.hpp"
+#include "tools/command_registry.hpp"
 
 namespace turbokv::tools {
 namespace {

@@ -23,16 +23,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "command_registry.hpp"
 #include "engine/model.hpp"
 #include "engine/synthetic_model.hpp"
 #include "engine/synthetic_tokenizer.hpp"
 #include "engine/tokenizer_factory.hpp"
-#include "kv_flags.hpp"
 #include "server/prefix_store_redis.hpp"
 #include "server/prefix_value.hpp"
 #include "server/scheduler.hpp"
 #include "server/shared_prefixes.hpp"
+#include "tools/command_registry.hpp"
+#include "tools/model/kv_flags.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/thread_pool.hpp"
 

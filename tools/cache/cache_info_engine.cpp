@@ -1,7 +1,7 @@
 // cache-info's check of the engine.* metadata (engine/session_metadata.hpp): a cache a Session
 // saved must be one `generate --load-cache` accepts, as far as that can be told without the model.
-#include "cache_info_checks.hpp"
 #include "engine/session_metadata.hpp"
+#include "tools/cache/cache_info_checks.hpp"
 
 namespace turbokv::tools {
 namespace {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "command_registry.hpp"
 #include "kernels/codec_kernels.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/codec.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prng.hpp"

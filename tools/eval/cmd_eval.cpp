@@ -9,9 +9,9 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "command_registry.hpp"
 #include "engine/evaluate.hpp"
 #include "engine/tokenizer_factory.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::tools {

@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "command_registry.hpp"
-#include "kv_flags.hpp"
 #include "engine/model.hpp"
 #include "engine/sampler.hpp"
 #include "engine/session.hpp"
 #include "engine/tokenizer_factory.hpp"
+#include "tools/command_registry.hpp"
+#include "tools/model/kv_flags.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 

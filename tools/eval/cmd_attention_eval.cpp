@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/cache_config.hpp"
 #include "turbokv/error.hpp"

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"

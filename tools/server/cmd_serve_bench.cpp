@@ -30,7 +30,7 @@
 #include <sstream>
 #include <thread>
 
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/cache_config.hpp"
 #include "turbokv/error.hpp"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cache/safetensors.hpp"
-#include "command_registry.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"

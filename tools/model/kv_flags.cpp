@@ -1,4 +1,4 @@
-#include "kv_flags.hpp"
+#include "tools/model/kv_flags.hpp"
 
 #include <fmt/format.h>
 

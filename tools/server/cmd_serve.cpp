@@ -15,16 +15,16 @@
 #include <memory>
 #include <pthread.h>
 
-#include "command_registry.hpp"
 #include "engine/gguf.hpp"
 #include "engine/model.hpp"
 #include "engine/synthetic_model.hpp"
 #include "engine/synthetic_tokenizer.hpp"
 #include "engine/tokenizer_factory.hpp"
-#include "kv_flags.hpp"
 #include "server/api_server.hpp"
 #include "server/prefix_store_redis.hpp"
 #include "server/scheduler.hpp"
+#include "tools/command_registry.hpp"
+#include "tools/model/kv_flags.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::tools {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cache_info_checks.hpp"
-#include "command_registry.hpp"
+#include "tools/cache/cache_info_checks.hpp"
+#include "tools/command_registry.hpp"
 #include "turbokv/cache_io.hpp"
 
 namespace turbokv::tools {
