@@ -193,7 +193,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPo
   if (n < 0) throw Error(fmt::format("matmul: negative batch size {}", n));
   if (n == 1) return matvec(w, x, y, pool);
   // Q8_0 weights: matmul_rowwise's four-activation integer kernel beats decoding rows to float
-  // (bench_matmul, 8192x2048 on 2 threads: 49 against 36 GMAC/s at 16 rows, 44 against 39 at 64),
+  // (prefill of the 1B-shaped model 1.25x; docs/benchmarks.md, "Engine kernels on the Intel VM"),
   // and gives each row the bits matvec gives it, so a prompt's logits are the server's.
   if (w.type == GgmlType::Q8_0 && q8_activations() && std::string_view(kernel_isa()) == "avx2") {
     return matmul_rowwise(w, x, n, y, pool);
