@@ -23,21 +23,11 @@
 
 namespace turbokv::engine::detail {
 
+// The AVX2 helpers (narrower target attribute) inline into these wider-target functions.
+using avx2::hsum;
+using avx2::load_half;
+
 namespace {
-
-// The AVX2 kernel's helpers carry a narrower target attribute; these are this file's own.
-TKV_VNNI inline float hsum_vnni(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-TKV_VNNI inline float half_to_float_vnni(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // acc += (dw * dx) * sum(x * w), as block_step in the AVX2 kernel.
 TKV_VNNI inline __m256 block_step(__m256 acc, __m256i start, __m256i w, const uint8_t* xb, float dw, float dx) {
@@ -52,7 +42,7 @@ TKV_VNNI inline void block_x4(const uint8_t* row, int64_t blk, const uint8_t* co
   const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o + 2));
   const __m256i offset_sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), w);
   const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), offset_sums);
-  const float dw = half_to_float_vnni(row + o);
+  const float dw = load_half(row + o);
   c0 = block_step(c0, start, w, xu[0] + o, dw, xscale[0][blk]);
   c1 = block_step(c1, start, w, xu[1] + o, dw, xscale[1][blk]);
   c2 = block_step(c2, start, w, xu[2] + o, dw, xscale[2][blk]);
@@ -75,10 +65,10 @@ TKV_VNNI void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, 
     block_x4(row, blk + 1, xu, xscale, b0, b1, b2, b3);
   }
   if (blk < blocks) block_x4(row, blk, xu, xscale, a0, a1, a2, a3);
-  out[0] = hsum_vnni(_mm256_add_ps(a0, b0));
-  out[1] = hsum_vnni(_mm256_add_ps(a1, b1));
-  out[2] = hsum_vnni(_mm256_add_ps(a2, b2));
-  out[3] = hsum_vnni(_mm256_add_ps(a3, b3));
+  out[0] = hsum(_mm256_add_ps(a0, b0));
+  out[1] = hsum(_mm256_add_ps(a1, b1));
+  out[2] = hsum(_mm256_add_ps(a2, b2));
+  out[3] = hsum(_mm256_add_ps(a3, b3));
 }
 
 }  // namespace turbokv::engine::detail
