@@ -40,6 +40,7 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<const turbokv::attn::KernelTable*> tables() {
   std::vector<const turbokv::attn::KernelTable*> t{&turbokv::attn::scalar_kernel_table()};
   if (turbokv::attn::avx2_kernel_table() != nullptr) t.push_back(turbokv::attn::avx2_kernel_table());
+  if (turbokv::attn::vnni_kernel_table() != nullptr) t.push_back(turbokv::attn::vnni_kernel_table());
   return t;
 }
 

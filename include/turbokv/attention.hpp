@@ -8,17 +8,29 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "turbokv/kv_cache.hpp"
 
 namespace turbokv {
 
+// How the fused path over TurboQuant codes computes. exact: float centroids, within float
+// rounding of dequantize-then-attend. int8: queries rounded to int8 per row, centroids to int8
+// per codebook, and the softmax weights (times the value norms) to 7 bits per row and block of
+// 64 tokens, so the codes are multiplied with byte arithmetic (vpdpbusd where the CPU has
+// AVX512-VNNI); several times cheaper, with a measured cost in accuracy (docs/benchmarks.md).
+// It applies to mse keys and values of 2, 3 or 4 bits in groups of 32 coordinates; other
+// caches take the exact path. cache_default: what the cache's options ask for
+// (TurboQuantCacheOptions::int8_attention). Other cache classes ignore this.
+enum class AttentionArithmetic : uint8_t { cache_default, exact, int8 };
+
 struct AttentionOptions {
   float scale = 0.0f;    // 0 means 1/sqrt(head_dim)
   float softcap = 0.0f;  // > 0: logits become softcap * tanh(logits / softcap)
   bool causal = true;    // false: every query sees the whole cache
   int threads = 0;       // 0: the library default (all cores)
+  AttentionArithmetic arithmetic = AttentionArithmetic::cache_default;
 };
 
 struct AttentionRequest {

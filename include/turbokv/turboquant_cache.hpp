@@ -104,6 +104,9 @@ struct TurboQuantCacheOptions {
   // are rejected), so a token is the same whether it is compressed on arrival or after passing
   // through the window, and appending in any chunks still gives bit-identical caches.
   DenseDtype exact_dtype = DenseDtype::f32;
+  // attend() multiplies the codes in int8 arithmetic (AttentionArithmetic::int8) unless a call
+  // asks otherwise. Not part of the stored format: a loaded cache starts exact.
+  bool int8_attention = false;
 };
 
 class TurboQuantKVCache : public KVCache {

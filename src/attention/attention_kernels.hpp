@@ -31,6 +31,8 @@ struct CodeGroup {
   size_t offset = 0;
   const float* table = nullptr;  // 2^bits entries
   int safe_chunks = 0;
+  // The integer path's table (see int8_dots): the centroids rounded to int8, 16 entries.
+  const int8_t* table8 = nullptr;
   int chunks() const { return (dims + 7) / 8; }
   int padded_dims() const { return chunks() * 8; }
 };
@@ -76,12 +78,47 @@ struct KernelTable {
   // chunk_order4[p] of that chunk (the order a table's fast decode produces; see
   // attention_avx2.cpp). Sources permute queries in and un-permute accumulators out.
   const uint8_t* chunk_order4;
+
+  // ---- integer arithmetic (AttentionArithmetic::int8) ----
+  // Groups of 2, 3 or 4 bits whose dims are a multiple of kInt8Chunk; table8 holds the int8
+  // centroids (in [-127, 127]). Integer sums are exact, so every table gives the same bits.
+  // scores[r * ld + t] = (add ? scores[r * ld + t] + : ) row_scale[r] * sum_j q8_r[j] * table8[code_t[j]]
+  // (fma when adding), q row r at q8 + r * q_stride (bytes, values in [-127, 127]), in
+  // int8_key_order for this width.
+  void (*int8_dots)(const int8_t* q8, size_t q_stride, int rows, const float* row_scale,
+                    const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                    float* scores, size_t ld, bool add);
+  // acc[r * acc_stride + p] = fma(row_scale[r], sum_t w8[r * ld + t] * table8[code_t[dim(p)]], acc[..])
+  // for p < group.dims in int8_value_order; w8 values in [0, 127], and zero from t = n up to
+  // the next multiple of 4 (the kernels read weights four tokens at a time).
+  void (*int8_accumulate)(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
+                          const uint8_t* records, size_t code_size, size_t n,
+                          const CodeGroup& group, float* acc, size_t acc_stride);
+  // w8[r * ld + t] = trunc(fma(w, 127 / max, 0.5)) with w = p[r * ld + t] * norm[t] for t < n
+  // and max the largest w of the row (all zero if it is 0), zeros from n to the next multiple
+  // of 4; scale[r] = max / 127, NaN if a weight is not finite (the row's output must not look
+  // valid). p >= 0 (softmax weights), norm >= 0.
+  void (*int8_weights)(const float* p, size_t ld, int rows, const float* norm, size_t n,
+                       uint8_t* w8, float* scale);
+  // Position p of every chunk of kInt8Chunk holds coordinate order[p] of that chunk (queries for
+  // keys, accumulators for values), indexed by bits; nullptr: coordinate order.
+  const uint8_t* const* int8_key_order;
+  const uint8_t* const* int8_value_order;
 };
+
+inline constexpr int kInt8Chunk = 32;
+// Whether the integer kernels take a group of this shape.
+inline bool int8_group_supported(int bits, int dims) {
+  return bits >= 2 && bits <= 4 && dims % kInt8Chunk == 0 && dims > 0 && dims <= 1024;
+}
 
 const KernelTable& scalar_kernel_table();
 // nullptr when the build or the CPU lacks AVX2/FMA/F16C.
 const KernelTable* avx2_kernel_table();
-// The fastest table this CPU supports (chosen once).
+// The AVX2 table with vpdpbusd integer kernels (AVX512-VNNI on 256-bit registers); nullptr when
+// the CPU lacks it. Same results as the AVX2 table, bit for bit.
+const KernelTable* vnni_kernel_table();
+// The fastest table this CPU supports (chosen once; TURBOKV_NO_VNNI=1 skips the VNNI table).
 const KernelTable& best_kernel_table();
 
 // Which table the public attend() uses; tests force one to compare targets. nullptr: best.

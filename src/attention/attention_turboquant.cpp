@@ -14,7 +14,16 @@
 // Prepared query row (floats): [group0 q_rot | group1 q_rot | S q_rot (prod) | q (original)],
 // each part zero padded to a multiple of 8. Accumulator row: [value group0 | value group1 |
 // original-basis values].
+//
+// Integer arithmetic (AttentionArithmetic::int8, attention_kernels.hpp's int8_* kernels): each
+// key group's part of the row holds the rotated query as int8 bytes (dims / 4 floats' room)
+// plus one float, its scale (the row's max / 127 times the codebook's int8 scale); the
+// compressed tokens' softmax weights times their value norms become 7-bit integers per row and
+// block. Sinks and window stay float.
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -50,10 +59,33 @@ int describe_groups(const CodeLayout& layout, const LloydMaxCodebook& hi,
   return n;
 }
 
+// The codebook rounded to int8 (the largest |centroid| becomes 127); returns the scale back.
+float int8_table(const LloydMaxCodebook& book, int8_t* table) {
+  const std::span<const float> c = book.centroids();
+  float cmax = 0.0f;
+  for (float v : c) cmax = std::max(cmax, std::fabs(v));
+  std::fill(table, table + 16, int8_t{0});
+  for (size_t i = 0; i < c.size() && i < 16; ++i) {
+    table[i] = static_cast<int8_t>(cmax > 0.0f ? std::lrint(c[i] * (127.0f / cmax)) : 0);
+  }
+  return cmax / 127.0f;
+}
+
+// Whether the integer kernels take this cache: mse keys, every group 2-4 bits in whole chunks.
+bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& kernels) {
+  if (kernels.int8_dots == nullptr || cache.key_prod() != nullptr) return false;
+  for (const CodeLayout* layout : {&cache.key_mse()->layout(), &cache.value_codec().layout()}) {
+    if (!int8_group_supported(layout->bits_hi, layout->dims_hi)) return false;
+    if (layout->dims_lo > 0 && !int8_group_supported(layout->bits_lo, layout->dims_lo)) return false;
+  }
+  return true;
+}
+
 class TurboQuantSource : public BlockSource {
  public:
-  TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels)
-      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4) {
+  TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels, bool int8)
+      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4), int8_(int8),
+        int8_key_order_(kernels.int8_key_order), int8_value_order_(kernels.int8_value_order) {
     const TurboQuantMse* mse = cache.key_mse();
     const TurboQuantProd* prod = cache.key_prod();
     key_layout_ = prod != nullptr ? prod->layout() : mse->layout();
@@ -65,8 +97,18 @@ class TurboQuantSource : public BlockSource {
     size_t q = 0;
     for (int g = 0; g < n_key_groups_; ++g) {
       q_offset_[g] = q;
-      q += key_groups_[g].padded_dims();
+      if (int8_) {
+        // dims int8 bytes, then the scale.
+        q_scale_[g] = q + key_groups_[g].dims / 4;
+        q += key_groups_[g].dims / 4 + 1;
+        const TurboQuantMse* mse = cache.key_mse();
+        key_int8_scale_[g] = int8_table(mse->codebook(g), key_table8_[g]);
+        key_groups_[g].table8 = key_table8_[g];
+      } else {
+        q += key_groups_[g].padded_dims();
+      }
     }
+    q = pad8(q);
     if (prod != nullptr) {
       qjl_ = true;
       qjl_group_.bits = 1;
@@ -84,6 +126,10 @@ class TurboQuantSource : public BlockSource {
     for (int g = 0; g < n_value_groups_; ++g) {
       acc_offset_[g] = a;
       a += value_groups_[g].padded_dims();
+      if (int8_) {
+        value_int8_scale_[g] = int8_table(values.codebook(g), value_table8_[g]);
+        value_groups_[g].table8 = value_table8_[g];
+      }
     }
     acc_orig_ = a;
     acc_width_ = a + pad8(dim_);
@@ -109,6 +155,11 @@ class TurboQuantSource : public BlockSource {
       int first = 0;
       for (int g = 0; g < n_key_groups_; ++g) {
         const CodeGroup& group = key_groups_[g];
+        if (int8_) {
+          quantize_query(y + first, group, key_int8_scale_[g], row + q_offset_[g], row + q_scale_[g]);
+          first += group.dims;
+          continue;
+        }
         const uint8_t* order = chunk_order(group);
         for (int j = 0; j < group.dims || (order != nullptr && j < group.padded_dims()); ++j) {
           const int source = order != nullptr ? j / 8 * 8 + order[j % 8] : j;
@@ -129,9 +180,10 @@ class TurboQuantSource : public BlockSource {
       int first = 0;
       for (int g = 0; g < n_value_groups_; ++g) {
         const CodeGroup& group = value_groups_[g];
-        const uint8_t* order = chunk_order(group);
+        const uint8_t* order = int8_ ? int8_order(int8_value_order_, group) : chunk_order(group);
+        const int span = int8_ ? kInt8Chunk : 8;
         for (int j = 0; j < group.padded_dims(); ++j) {
-          const int target = order != nullptr ? j / 8 * 8 + order[j % 8] : j;
+          const int target = order != nullptr ? j / span * span + order[j % span] : j;
           if (target < group.dims) rotated[i * dim_ + first + target] = a[acc_offset_[g] + j];
         }
         first += group.dims;
@@ -200,6 +252,10 @@ class TurboQuantSource : public BlockSource {
   }
 
   void compressed_range(int head, size_t begin, size_t end, Tile& tile) const {
+    if (int8_) {
+      compressed_range_int8(head, begin, end, tile);
+      return;
+    }
     const KernelTable& k = *tile.kernels;
     const size_t n_sinks = cache_.n_sinks();
     const size_t page_tokens = cache_.page_tokens();
@@ -282,6 +338,106 @@ class TurboQuantSource : public BlockSource {
     }
   }
 
+  // The compressed tokens [begin, end) with the integer kernels (mse keys only).
+  void compressed_range_int8(int head, size_t begin, size_t end, Tile& tile) const {
+    const KernelTable& k = *tile.kernels;
+    const size_t n_sinks = cache_.n_sinks();
+    const size_t page_tokens = cache_.page_tokens();
+    const size_t kcs = key_layout_.code_size;
+    const size_t vcs = value_layout_.code_size;
+    float key_norm[kBlockTokens], value_norm[kBlockTokens];
+    alignas(32) uint8_t w8[kMaxRows * kBlockTokens];
+    float key_scale[2][kMaxRows], value_scale[2][kMaxRows], weight_scale[kMaxRows];
+    const float* key_center = cache_.key_center(head);
+    const float* value_center = cache_.value_center(head);
+    float q_dot_center[kMaxRows] = {};
+    for (int r = 0; r < tile.rows; ++r) {
+      const float* q = tile.q + r * tile.q_width;
+      for (int g = 0; g < n_key_groups_; ++g) key_scale[g][r] = q[q_scale_[g]];
+      if (key_center != nullptr) {
+        double dot = 0.0;
+        for (int j = 0; j < dim_; ++j) dot += static_cast<double>(q[q_orig_ + j]) * key_center[j];
+        q_dot_center[r] = static_cast<float>(dot);
+      }
+    }
+    const size_t q_stride = tile.q_width * sizeof(float);
+    size_t t = begin;
+    while (t < end) {
+      const size_t c = t - n_sinks;
+      const size_t page = c / page_tokens;
+      const size_t page_first = page * page_tokens;
+      const size_t page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
+      const uint8_t* key_page = cache_.key_codes(page, head);
+      const uint8_t* value_page = cache_.value_codes(page, head);
+      size_t ci = c;
+      while (ci < page_end) {
+        const size_t n = std::min<size_t>(kBlockTokens, page_end - ci);
+        const uint8_t* kr = key_page + (ci - page_first) * kcs;
+        const uint8_t* vr = value_page + (ci - page_first) * vcs;
+        const auto dots = [&](float* s) {
+          prefetch_bytes(vr, n * vcs);
+          for (int g = 0; g < n_key_groups_; ++g) {
+            k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
+                        key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+          }
+          k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
+          for (int r = 0; r < tile.rows; ++r) {
+            const float shift = q_dot_center[r];
+            for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
+          }
+        };
+        const auto accumulate = [&](const float* p) {
+          k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
+          k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, w8, weight_scale);
+          for (int r = 0; r < tile.rows; ++r) {
+            for (int g = 0; g < n_value_groups_; ++g) value_scale[g][r] = weight_scale[r] * value_int8_scale_[g];
+          }
+          if (value_center != nullptr) {
+            for (int r = 0; r < tile.rows; ++r) {
+              float mass = 0.0f;
+              for (size_t i = 0; i < n; ++i) mass += p[r * kBlockTokens + i];
+              float* exact = tile.acc.data() + r * tile.acc_width + acc_orig_;
+              for (int j = 0; j < dim_; ++j) exact[j] += mass * value_center[j];
+            }
+          }
+          for (int g = 0; g < n_value_groups_; ++g) {
+            k.int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
+                              tile.acc.data() + acc_offset_[g], tile.acc_width);
+          }
+        };
+        tile.step(n, n_sinks + ci, dots, accumulate);
+        ci += n;
+      }
+      t = n_sinks + page_end;
+    }
+  }
+
+  // One group of a rotated query row -> int8 bytes in the kernels' key order at `bytes` and
+  // its scale (the row's max / 127 times the codebook's int8 scale) at *scale. A row of zeros
+  // gets scale 0; a non-finite row gets a NaN scale, so its scores come out NaN as on the
+  // exact path instead of silently finite.
+  void quantize_query(const float* y, const CodeGroup& group, float codebook_scale, float* bytes,
+                      float* scale) const {
+    float ymax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < group.dims; ++j) {
+      finite = finite && std::isfinite(y[j]);
+      ymax = std::max(ymax, std::fabs(y[j]));
+    }
+    auto* q8 = reinterpret_cast<int8_t*>(bytes);
+    const uint8_t* order = int8_order(int8_key_order_, group);
+    const float inv = finite && ymax > 0.0f ? 127.0f / ymax : 0.0f;
+    for (int j = 0; j < group.dims; ++j) {
+      const int source = order != nullptr ? j / kInt8Chunk * kInt8Chunk + order[j % kInt8Chunk] : j;
+      q8[j] = static_cast<int8_t>(std::clamp<long>(std::lrint(y[source] * inv), -127, 127));
+    }
+    *scale = finite ? ymax / 127.0f * codebook_scale : std::numeric_limits<float>::quiet_NaN();
+  }
+
+  static const uint8_t* int8_order(const uint8_t* const* orders, const CodeGroup& group) {
+    return orders != nullptr ? orders[group.bits] : nullptr;
+  }
+
   // Where a kernel table keeps 4-bit groups in its own chunk order (see KernelTable).
   const uint8_t* chunk_order(const CodeGroup& group) const {
     return group.bits == 4 ? chunk_order4_ : nullptr;
@@ -290,6 +446,12 @@ class TurboQuantSource : public BlockSource {
   const TurboQuantKVCache& cache_;
   int dim_;
   const uint8_t* chunk_order4_;
+  bool int8_;
+  const uint8_t* const* int8_key_order_;
+  const uint8_t* const* int8_value_order_;
+  int8_t key_table8_[2][16] = {}, value_table8_[2][16] = {};
+  float key_int8_scale_[2] = {}, value_int8_scale_[2] = {};
+  size_t q_scale_[2] = {};
   CodeLayout key_layout_, value_layout_;
   CodeGroup key_groups_[2], value_groups_[2], qjl_group_;
   int n_key_groups_ = 0, n_value_groups_ = 0;
@@ -307,7 +469,10 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   const int group = request.n_q_heads / kv_heads;
   const size_t n_rows = static_cast<size_t>(request.n_q_heads) * request.n_queries;
   const KernelTable& kernels = active_kernel_table();
-  const TurboQuantSource source(cache, kernels);
+  const AttentionArithmetic arithmetic = request.options.arithmetic;
+  const bool want_int8 = arithmetic == AttentionArithmetic::int8 ||
+                         (arithmetic == AttentionArithmetic::cache_default && cache.options().int8_attention);
+  const TurboQuantSource source(cache, kernels, want_int8 && int8_layout_supported(cache, kernels));
 
   std::vector<float> original(n_rows * dim);
   gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original.data(), dim, 0);

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "attention/attention_kernels.hpp"
+#include "kernels/attention_int8_kernels.hpp"
 #include "turbokv/codec.hpp"
 #include "turbokv/cpu_features.hpp"
 
@@ -766,10 +767,14 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
   }
 }
 
-const KernelTable kAvx2Table{"avx2",           dots_f16,       dots_f32,
-                             accumulate_f16,   accumulate_f32, group_dots,
-                             group_accumulate, softmax_update, load_norms,
-                             kChunkOrder4};
+// The integer kernels come from attention_int8_avx2.cpp / attention_int8_vnni.cpp.
+KernelTable make_table(const char* name, const Int8Kernels& int8) {
+  return KernelTable{name,           dots_f16,           dots_f32,
+                     accumulate_f16, accumulate_f32,     group_dots,
+                     group_accumulate, softmax_update,   load_norms,
+                     kChunkOrder4,   int8.dots,          int8.accumulate,
+                     int8.weights,   int8_key_orders(),  int8_value_orders()};
+}
 
 }  // namespace
 }  // namespace turbokv::attn
@@ -783,7 +788,15 @@ const KernelTable kAvx2Table{"avx2",           dots_f16,       dots_f32,
 namespace turbokv::attn {
 
 const KernelTable* avx2_kernel_table() {
-  return cpu_has_avx2_fma_f16c() ? &kAvx2Table : nullptr;
+  if (!cpu_has_avx2_fma_f16c()) return nullptr;
+  static const KernelTable table = make_table("avx2", int8_kernels_avx2());
+  return &table;
+}
+
+const KernelTable* vnni_kernel_table() {
+  if (!cpu_has_avx2_fma_f16c() || !cpu_has_avx512_vnni_vl()) return nullptr;
+  static const KernelTable table = make_table("avx2+vnni", int8_kernels_vnni());
+  return &table;
 }
 
 }  // namespace turbokv::attn
@@ -792,6 +805,7 @@ const KernelTable* avx2_kernel_table() {
 
 namespace turbokv::attn {
 const KernelTable* avx2_kernel_table() { return nullptr; }
+const KernelTable* vnni_kernel_table() { return nullptr; }
 }  // namespace turbokv::attn
 
 #endif

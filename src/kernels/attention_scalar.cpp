@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -143,6 +144,57 @@ void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, floa
   for (size_t t = 0; t < n; ++t) out[t] = load_norm(records + t * stride, fp32);
 }
 
+// The integer kernels in coordinate order: exact int32 sums, then the float steps the SIMD
+// kernels take (a multiply, or one fused multiply-add).
+void int8_dots(const int8_t* q8, size_t q_stride, int rows, const float* row_scale,
+               const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+               float* scores, size_t ld, bool add) {
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* codes = records + t * code_size + group.offset;
+    for (int r = 0; r < rows; ++r) {
+      const int8_t* q = q8 + r * q_stride;
+      int32_t sum = 0;
+      for (int j = 0; j < group.dims; ++j) sum += q[j] * group.table8[read_code(codes, j, group.bits)];
+      float& s = scores[r * ld + t];
+      s = add ? std::fma(static_cast<float>(sum), row_scale[r], s) : static_cast<float>(sum) * row_scale[r];
+    }
+  }
+}
+
+void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint8_t* w8,
+                  float* scale) {
+  for (int r = 0; r < rows; ++r) {
+    float wmax = 0.0f;
+    bool finite = true;
+    for (size_t t = 0; t < n; ++t) {
+      const float w = p[r * ld + t] * norm[t];
+      finite = finite && std::isfinite(w);
+      wmax = std::max(wmax, w);
+    }
+    const float inv = finite && wmax > 0.0f ? 127.0f / wmax : 0.0f;
+    for (size_t t = 0; t < n; ++t) {
+      w8[r * ld + t] = finite ? static_cast<uint8_t>(std::trunc(std::fma(p[r * ld + t] * norm[t], inv, 0.5f))) : 0;
+    }
+    for (size_t t = n; t < (n + 3) / 4 * 4; ++t) w8[r * ld + t] = 0;
+    scale[r] = finite ? wmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+void int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
+                     const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                     float* acc, size_t acc_stride) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < group.dims; ++j) {
+      int32_t sum = 0;
+      for (size_t t = 0; t < n; ++t) {
+        sum += w8[r * ld + t] * group.table8[read_code(records + t * code_size + group.offset, j, group.bits)];
+      }
+      float& a = acc[r * acc_stride + j];
+      a = std::fma(row_scale[r], static_cast<float>(sum), a);
+    }
+  }
+}
+
 std::atomic<const KernelTable*> g_override{nullptr};
 
 }  // namespace
@@ -164,12 +216,15 @@ const KernelTable& scalar_kernel_table() {
   static const KernelTable table{"scalar",         dots_f16,       dots_f32,
                                  accumulate_f16,   accumulate_f32, group_dots,
                                  group_accumulate, softmax_update, load_norms,
-                                 nullptr};
+                                 nullptr,          int8_dots,      int8_accumulate,
+                                 int8_weights,     nullptr,        nullptr};
   return table;
 }
 
 const KernelTable& best_kernel_table() {
   static const KernelTable* best = [] {
+    const KernelTable* vnni = std::getenv("TURBOKV_NO_VNNI") == nullptr ? vnni_kernel_table() : nullptr;
+    if (vnni != nullptr) return vnni;
     const KernelTable* avx2 = avx2_kernel_table();
     return avx2 != nullptr ? avx2 : &scalar_kernel_table();
   }();

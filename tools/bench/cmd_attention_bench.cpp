@@ -1,11 +1,13 @@
 // `turbokv attention-bench`: one decode step of attention per layer, side by side on the same
 // data: the dense fp16 path, dequantize-then-attend (the Python original's path) and the fused
-// TurboQuant path, with the machine's streaming read bandwidth measured in the same run and
-// the bandwidth floors (bytes each path must read / bandwidth).
+// TurboQuant path in exact and in int8 arithmetic (AttentionArithmetic), with the machine's
+// streaming read bandwidth measured in the same run and the bandwidth floors (bytes each path
+// must read / bandwidth).
 //
-// Enough layers are built that the fp16 caches exceed twice the last-level cache, and each
-// timed step walks all of them in order, as a decode step does, so the reads come from memory
-// (--layers overrides the count, e.g. 1 to time the paths on cache-resident data).
+// Enough layers are built that each format's caches exceed twice the last-level cache (the
+// packed format gets more layers than fp16), and each timed step walks all of them in order,
+// as a decode step does, so the reads come from memory (--layers overrides the count, e.g. 1
+// to time the paths on cache-resident data).
 // Times are per layer: the median over repeated steps after a warm-up step.
 #include <fmt/format.h>
 
@@ -158,8 +160,7 @@ int run_bench(const BenchOptions& o) {
   // Caches of synthetic model-like tokens (turbokv/synthetic_kv.hpp), one seed per layer.
   std::vector<std::unique_ptr<DenseKVCache>> dense;
   std::vector<std::unique_ptr<TurboQuantKVCache>> packed;
-  std::vector<std::vector<float>> queries;
-  std::vector<float> keys0, values0;
+  std::vector<SyntheticKV> data;
   for (int layer = 0; layer < layers; ++layer) {
     SyntheticKVOptions so;
     so.kv_heads = o.kv_heads;
@@ -168,17 +169,24 @@ int run_bench(const BenchOptions& o) {
     so.n_tokens = o.context;
     so.n_queries = o.queries;
     so.seed = 0x617474656e74ULL + static_cast<uint64_t>(layer);
-    SyntheticKV kv = make_synthetic_kv(so);
+    data.push_back(make_synthetic_kv(so));
     dense.push_back(std::make_unique<DenseKVCache>(o.kv_heads, o.head_dim, DenseDtype::f16));
-    dense.back()->append(kv.keys, kv.values, o.context);
+    dense.back()->append(data.back().keys, data.back().values, o.context);
+  }
+  // The packed caches get as many layers as their own bytes need to exceed 2 x LLC (cycling
+  // through the synthetic layers), so they too are read from memory, not from the LLC.
+  auto add_packed_layer = [&] {
+    const SyntheticKV& kv = data[packed.size() % data.size()];
     packed.push_back(std::make_unique<TurboQuantKVCache>(o.kv_heads, o.head_dim, tq));
     packed.back()->append(kv.keys, kv.values, o.context);
-    queries.push_back(std::move(kv.queries));
-    if (layer == 0) {
-      keys0 = std::move(kv.keys);
-      values0 = std::move(kv.values);
-    }
-  }
+  };
+  add_packed_layer();
+  const size_t packed_layer_bytes = packed[0]->nbytes();
+  const int packed_layers = o.layers > 0 ? o.layers : static_cast<int>(2 * llc / packed_layer_bytes + 1);
+  while (static_cast<int>(packed.size()) < packed_layers) add_packed_layer();
+  auto packed_queries = [&](int layer) -> const std::vector<float>& { return data[layer % data.size()].queries; };
+  const std::vector<float>& keys0 = data[0].keys;
+  const std::vector<float>& values0 = data[0].values;
 
   double stream_bytes = 0;
   const Timing stream = read_bandwidth_time(std::max<size_t>(4 * llc, size_t{256} << 20), threads, &stream_bytes);
@@ -187,20 +195,25 @@ int run_bench(const BenchOptions& o) {
 
   AttentionOptions options;
   options.threads = threads;
+  options.arithmetic = AttentionArithmetic::exact;
+  AttentionOptions int8_options = options;
+  int8_options.arithmetic = AttentionArithmetic::int8;
   const size_t out_size = static_cast<size_t>(o.q_heads) * o.queries * o.head_dim;
   std::vector<float> out(out_size);
   // One decode step over every layer; returns seconds per layer.
   auto step = [&](int path) {
     const double start = monotonic_seconds();
     const double cpu_start = process_cpu_seconds();
-    for (int layer = 0; layer < layers; ++layer) {
-      if (path == 0) attend(queries[layer], o.q_heads, o.queries, *dense[layer], out, options);
-      if (path == 1) attend_dequantized(queries[layer], o.q_heads, o.queries, *packed[layer], out, options);
-      if (path == 2) attend(queries[layer], o.q_heads, o.queries, *packed[layer], out, options);
+    const int walked = path == 0 ? layers : (path == 1 ? 1 : packed_layers);
+    for (int layer = 0; layer < walked; ++layer) {
+      if (path == 0) attend(data[layer].queries, o.q_heads, o.queries, *dense[layer], out, options);
+      if (path == 1) attend_dequantized(packed_queries(layer), o.q_heads, o.queries, *packed[layer], out, options);
+      if (path == 2) attend(packed_queries(layer), o.q_heads, o.queries, *packed[layer], out, options);
+      if (path == 3) attend(packed_queries(layer), o.q_heads, o.queries, *packed[layer], out, int8_options);
     }
     const double cpu_threads = path == 1 ? 1.0 : threads;  // the dequantize path is serial
-    return Timing{(monotonic_seconds() - start) / layers * 1e3,
-                  (process_cpu_seconds() - cpu_start) / cpu_threads / layers * 1e3};
+    return Timing{(monotonic_seconds() - start) / walked * 1e3,
+                  (process_cpu_seconds() - cpu_start) / cpu_threads / walked * 1e3};
   };
   auto time_path = [&](int path, int repeats) {
     step(path);  // warm-up
@@ -216,8 +229,12 @@ int run_bench(const BenchOptions& o) {
   // Interleave fp16 and fused timing so slow drifts of a shared machine hit both alike.
   const Timing fp16_a = time_path(0, (o.repeats + 1) / 2);
   const Timing fused_a = time_path(2, (o.repeats + 1) / 2);
+  const Timing int8_a = time_path(3, (o.repeats + 1) / 2);
   const Timing fp16_b = time_path(0, o.repeats / 2 + 1);
   const Timing fused_b = time_path(2, o.repeats / 2 + 1);
+  const Timing int8_b = time_path(3, o.repeats / 2 + 1);
+  const double int8_ms = std::min(int8_a.wall_ms, int8_b.wall_ms);
+  const double int8_cpu_ms = std::min(int8_a.cpu_ms, int8_b.cpu_ms);
   const Timing dequant = time_path(1, dequant_repeats);
   const double fp16_ms = std::min(fp16_a.wall_ms, fp16_b.wall_ms);
   const double fused_ms = std::min(fused_a.wall_ms, fused_b.wall_ms);
@@ -227,16 +244,19 @@ int run_bench(const BenchOptions& o) {
   const double dequant_cpu_ms = dequant.cpu_ms;
 
   // Accuracy on layer 0 against float64 attention over the original vectors.
-  std::vector<float> exact(out_size), fp16_out(out_size), fused_out(out_size);
-  attend_reference(queries[0], o.q_heads, o.queries, keys0, values0, o.kv_heads, o.context,
+  const std::vector<float>& queries0 = data[0].queries;
+  std::vector<float> exact(out_size), fp16_out(out_size), fused_out(out_size), int8_out(out_size);
+  attend_reference(queries0, o.q_heads, o.queries, keys0, values0, o.kv_heads, o.context,
                    o.head_dim, exact);
-  attend(queries[0], o.q_heads, o.queries, *dense[0], fp16_out, options);
-  attend(queries[0], o.q_heads, o.queries, *packed[0], fused_out, options);
+  attend(queries0, o.q_heads, o.queries, *dense[0], fp16_out, options);
+  attend(queries0, o.q_heads, o.queries, *packed[0], fused_out, options);
+  attend(queries0, o.q_heads, o.queries, *packed[0], int8_out, int8_options);
   const double rel_error_fp16 = rel_l2(fp16_out, exact);
   const double rel_error_fused = rel_l2(fused_out, exact);
+  const double rel_error_int8 = rel_l2(int8_out, exact);
   // The fused path must reproduce dequantize-then-attend (same codes) up to float rounding.
   std::vector<float> dequant_out(out_size);
-  attend_dequantized(queries[0], o.q_heads, o.queries, *packed[0], dequant_out, options);
+  attend_dequantized(queries0, o.q_heads, o.queries, *packed[0], dequant_out, options);
   const double rel_error_dequant = rel_l2(dequant_out, exact);
   const double fused_vs_dequant = rel_l2(fused_out, dequant_out);
 
@@ -259,6 +279,7 @@ int run_bench(const BenchOptions& o) {
     j["threads"] = threads;
     j["queries"] = o.queries;
     j["layers"] = layers;
+    j["packed_layers"] = packed_layers;
     j["llc_bytes"] = llc;
     j["bandwidth_gb_s"] = bandwidth / 1e9;
     j["fp16_bytes_per_layer"] = fp16_bytes;
@@ -270,10 +291,14 @@ int run_bench(const BenchOptions& o) {
     j["fused_floor_ms"] = fused_floor_ms;
     j["speedup_vs_fp16"] = fp16_ms / fused_ms;
     j["speedup_vs_dequant"] = dequant_ms / fused_ms;
+    j["int8_ms"] = int8_ms;
+    j["int8_speedup_vs_fp16"] = fp16_ms / int8_ms;
+    j["rel_error_int8"] = rel_error_int8;
     j["cpu"] = {{"bandwidth_gb_s", bandwidth_cpu / 1e9},      {"fp16_ms", fp16_cpu_ms},
                 {"dequant_ms", dequant_cpu_ms},                {"fused_ms", fused_cpu_ms},
                 {"fp16_floor_ms", fp16_floor_cpu_ms},          {"fused_floor_ms", fused_floor_cpu_ms},
-                {"speedup_vs_fp16", fp16_cpu_ms / fused_cpu_ms}, {"speedup_vs_dequant", dequant_cpu_ms / fused_cpu_ms}};
+                {"speedup_vs_fp16", fp16_cpu_ms / fused_cpu_ms}, {"speedup_vs_dequant", dequant_cpu_ms / fused_cpu_ms},
+                {"int8_ms", int8_cpu_ms},                      {"int8_speedup_vs_fp16", fp16_cpu_ms / int8_cpu_ms}};
     j["rel_error_fused"] = rel_error_fused;
     j["rel_error_fp16"] = rel_error_fp16;
     j["rel_error_dequant"] = rel_error_dequant;
@@ -286,9 +311,10 @@ int run_bench(const BenchOptions& o) {
              "{} queries, {} threads\n",
              o.context, o.head_dim, o.q_heads, o.kv_heads, o.key_codec, o.key_bits, o.value_bits,
              o.queries, threads);
-  fmt::print("{} layers (fp16 caches {:.1f} MiB, {} 2 x LLC, LLC {:.0f} MiB); read bandwidth {:.1f} GB/s\n",
+  fmt::print("{} fp16 layers ({:.1f} MiB, {} 2 x LLC), {} packed layers ({:.1f} MiB), LLC {:.0f} MiB; "
+             "read bandwidth {:.1f} GB/s\n",
              layers, layers * fp16_bytes / 1048576.0, layers * fp16_bytes > 2.0 * llc ? ">" : "<=",
-             llc / 1048576.0, bandwidth / 1e9);
+             packed_layers, packed_layers * fused_bytes / 1048576.0, llc / 1048576.0, bandwidth / 1e9);
   fmt::print("{:<22} {:>10} {:>10} {:>12} {:>10} {:>12}\n", "path", "ms/layer", "floor ms",
              "MiB/layer", "vs fp16", "rel error");
   fmt::print("{:<22} {:>10.3f} {:>10.3f} {:>12.2f} {:>10.2f} {:>12.2e}\n", "fp16 dense", fp16_ms,
@@ -297,11 +323,13 @@ int run_bench(const BenchOptions& o) {
              "-", fused_bytes / 1048576.0, fp16_ms / dequant_ms, rel_error_dequant);
   fmt::print("{:<22} {:>10.3f} {:>10.3f} {:>12.2f} {:>10.2f} {:>12.2e}\n", "fused turboquant",
              fused_ms, fused_floor_ms, fused_bytes / 1048576.0, fp16_ms / fused_ms, rel_error_fused);
+  fmt::print("{:<22} {:>10.3f} {:>10.3f} {:>12.2f} {:>10.2f} {:>12.2e}\n", "fused int8", int8_ms,
+             fused_floor_ms, fused_bytes / 1048576.0, fp16_ms / int8_ms, rel_error_int8);
   fmt::print("CPU time / threads (what an otherwise idle machine would take): bandwidth {:.1f} GB/s; "
              "fp16 {:.3f} ms (floor {:.3f}), dequantize {:.3f} ms, fused {:.3f} ms (floor {:.3f}), "
-             "fused vs fp16 {:.2f}x\n",
+             "fused vs fp16 {:.2f}x, int8 {:.3f} ms ({:.2f}x)\n",
              bandwidth_cpu / 1e9, fp16_cpu_ms, fp16_floor_cpu_ms, dequant_cpu_ms, fused_cpu_ms,
-             fused_floor_cpu_ms, fp16_cpu_ms / fused_cpu_ms);
+             fused_floor_cpu_ms, fp16_cpu_ms / fused_cpu_ms, int8_cpu_ms, fp16_cpu_ms / int8_cpu_ms);
   fmt::print("fused vs dequantize+attend: rel L2 {:.2e}; load average during run {:.2f}\n",
              fused_vs_dequant, load_average());
   return 0;

@@ -1,0 +1,42 @@
+// The integer attention kernels (attention_int8_simd.hpp) for AVX2: products by maddubs + madd.
+// Their orders of coordinates: int8_key_orders() / int8_value_orders() (attention_int8_orders.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention/attention_kernels.hpp"
+#include "kernels/attention_int8_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+namespace turbokv::attn {
+namespace {
+#define TURBOKV_INT8_VNNI 0
+#include "kernels/attention_int8_simd.hpp"
+#undef TURBOKV_INT8_VNNI
+}  // namespace
+
+const Int8Kernels& int8_kernels_avx2() {
+  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights};
+  return kernels;
+}
+
+}  // namespace turbokv::attn
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif

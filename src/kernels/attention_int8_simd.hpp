@@ -1,0 +1,350 @@
+// The integer attention kernels (KernelTable::int8_dots / int8_accumulate), written once and
+// compiled twice: by attention_int8_avx2.cpp (AVX2: maddubs + madd) and attention_int8_vnni.cpp
+// (vpdpbusd). The including file defines TURBOKV_INT8_VNNI (0 or 1), includes <immintrin.h>,
+// <cstring> and attention_kernels.hpp, opens its target region and includes this file inside
+// `namespace turbokv::attn { namespace {` so each copy stays local to its translation unit.
+//
+// Why integers: decoding a code to a float centroid costs shuffles per 8 codes and every code
+// then costs one FMA lane per query row; as int8 centroids, one byte shuffle decodes 32 codes
+// and one vpdpbusd (three AVX2 instructions) multiplies and sums 32 of them. Keys: the query
+// rows are int8 (a scale per row), the centroids int8 (a scale per codebook). Values: the
+// softmax weights times the value norms become int8 per row and block. The sums are exact
+// integers; only the roundings to int8 differ from the float path (tests and the kjv eval
+// measure what that costs).
+//
+// Decode: codes32<B> turns the 4B bytes of 32 B-bit codes into 32 code bytes in a fixed order
+// (kKeyOrder<B>), then one vpshufb turns codes into int8 centroids. Values need the tokens, not
+// the coordinates, next to each other (vpdpbusd sums four neighbouring byte products), so four
+// tokens' code bytes are interleaved by two rounds of unpacks first (kValueOrder<B>).
+
+#define TKV_INLINE inline __attribute__((always_inline))
+
+// ---- 32 codes -> 32 code bytes ------------------------------------------------------------
+
+// Byte i of the result holds the code of coordinate kKeyOrder<B>[i] of the chunk.
+template <int B>
+TKV_INLINE __m256i codes32(const uint8_t* p);
+
+// 4 bits: 16 bytes; the low nibbles (even coordinates) in the low lane, the high nibbles in the
+// high lane.
+template <>
+TKV_INLINE __m256i codes32<4>(const uint8_t* p) {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xf0), _mm256_set1_epi8(0x0f));
+}
+
+// 2 bits: 8 bytes in each 64-bit lane, lane k shifted right by 2k: byte j of lane k holds code
+// 4j + k.
+template <>
+TKV_INLINE __m256i codes32<2>(const uint8_t* p) {
+  uint64_t u;
+  std::memcpy(&u, p, sizeof u);
+  const __m256i b = _mm256_set1_epi64x(static_cast<long long>(u));
+  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 2, 4, 6)), _mm256_set1_epi8(0x03));
+}
+
+// 3 bits: 12 bytes = four groups of 8 codes in 3 bytes. A byte shuffle puts, in one 16-bit
+// lane per code, the two bytes holding it; a multiply by 2^(8 - shift) and a shift right by 8
+// leave it in the low bits (AVX2 has no per-lane 16-bit shift); a pack makes bytes.
+// Output: groups 0, 2 in the low lane, 1, 3 in the high lane.
+template <>
+TKV_INLINE __m256i codes32<3>(const uint8_t* p) {
+  uint64_t lo;
+  uint32_t hi;
+  std::memcpy(&lo, p, sizeof lo);
+  std::memcpy(&hi, p + 8, sizeof hi);
+  const __m128i x = _mm_insert_epi32(_mm_cvtsi64_si128(static_cast<long long>(lo)), static_cast<int>(hi), 2);
+  const __m256i b = _mm256_broadcastsi128_si256(x);
+  // Code k of a group starts at bit 3k: byte 3k / 8, shift 3k % 8; codes 6 and 7 lie in byte 2.
+#define TKV_GROUP_WORDS(g) \
+  3 * (g), 3 * (g) + 1, 3 * (g), 3 * (g) + 1, 3 * (g), 3 * (g) + 1, 3 * (g) + 1, 3 * (g) + 2, \
+  3 * (g) + 1, 3 * (g) + 2, 3 * (g) + 1, 3 * (g) + 2, 3 * (g) + 2, -1, 3 * (g) + 2, -1
+  const __m256i idx_a = _mm256_setr_epi8(TKV_GROUP_WORDS(0), TKV_GROUP_WORDS(1));
+  const __m256i idx_b = _mm256_setr_epi8(TKV_GROUP_WORDS(2), TKV_GROUP_WORDS(3));
+#undef TKV_GROUP_WORDS
+  const __m256i mul = _mm256_setr_epi16(256, 32, 4, 128, 16, 2, 64, 8, 256, 32, 4, 128, 16, 2, 64, 8);
+  const __m256i a = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b, idx_a), mul), 8);
+  const __m256i c = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b, idx_b), mul), 8);
+  return _mm256_and_si256(_mm256_packus_epi16(a, c), _mm256_set1_epi8(0x07));
+}
+
+// Four tokens' code bytes -> four vectors whose 32-bit lane d of vector k holds byte
+// 16 * (d / 4) + 4k + d % 4 of each token, tokens 0..3 in its four bytes.
+TKV_INLINE void interleave4(const __m256i* x, __m256i* y) {
+  const __m256i l01 = _mm256_unpacklo_epi8(x[0], x[1]), h01 = _mm256_unpackhi_epi8(x[0], x[1]);
+  const __m256i l23 = _mm256_unpacklo_epi8(x[2], x[3]), h23 = _mm256_unpackhi_epi8(x[2], x[3]);
+  y[0] = _mm256_unpacklo_epi16(l01, l23);
+  y[1] = _mm256_unpackhi_epi16(l01, l23);
+  y[2] = _mm256_unpacklo_epi16(h01, h23);
+  y[3] = _mm256_unpackhi_epi16(h01, h23);
+}
+
+TKV_INLINE __m256i table16(const int8_t* table, bool offset) {
+  __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
+  if (offset) t = _mm_xor_si128(t, _mm_set1_epi8(static_cast<char>(0x80)));
+  return _mm256_broadcastsi128_si256(t);
+}
+
+// ---- products -------------------------------------------------------------------------------
+
+// acc + sum of four (u8 a) * (s8 b) products per 32-bit lane, all |products| <= 127 * 255 and
+// pairs <= 2 * 127 * 127 where the AVX2 form needs it (see the callers).
+TKV_INLINE __m256i dot_u8s8(__m256i acc, __m256i a, __m256i b) {
+#if TURBOKV_INT8_VNNI
+  return _mm256_dpbusd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+#endif
+}
+
+// Lane i: the sum of the lanes of a[i] (a[i] for i >= m count as zero).
+TKV_INLINE __m256i reduce8_epi32(const __m256i* a) {
+  const __m256i s01 = _mm256_hadd_epi32(a[0], a[1]);
+  const __m256i s23 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i s45 = _mm256_hadd_epi32(a[4], a[5]);
+  const __m256i s67 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i s0123 = _mm256_hadd_epi32(s01, s23);
+  const __m256i s4567 = _mm256_hadd_epi32(s45, s67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
+                          _mm256_permute2x128_si256(s0123, s4567, 0x31));
+}
+
+// ---- keys -----------------------------------------------------------------------------------
+
+// R query rows against n tokens, two tokens per step (independent sums to overlap). VNNI: the
+// centroids come offset by 128 (unsigned) and each row's sum starts at -128 * sum(q8). AVX2:
+// |centroid| times the query byte with the centroid's sign (maddubs pairs stay within
+// 2 * 127 * 127). kChunks > 0 fixes the chunks per token at compile time (head_dim 64, 128).
+template <int B, int R, int kChunks>
+TKV_INLINE void token_dots(const int8_t* q8, size_t qs, const __m256i table, const uint8_t* rec, int chunks,
+                           __m256i* acc) {
+  const int nc = kChunks > 0 ? kChunks : chunks;
+#pragma GCC unroll 8
+  for (int c = 0; c < nc; ++c) {
+    const __m256i k = _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B));
+#if TURBOKV_INT8_VNNI
+    for (int r = 0; r < R; ++r) {
+      acc[r] = dot_u8s8(acc[r], k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs + kInt8Chunk * c)));
+    }
+#else
+    const __m256i k_abs = _mm256_abs_epi8(k);
+    for (int r = 0; r < R; ++r) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs + kInt8Chunk * c));
+      acc[r] = dot_u8s8(acc[r], k_abs, _mm256_sign_epi8(q, k));
+    }
+#endif
+  }
+}
+
+template <int B, int R, int kChunks>
+void int8_dots_tile(const int8_t* q8, size_t qs, const float* row_scale, const uint8_t* records,
+                    size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  const int chunks = g.dims / kInt8Chunk;
+  const __m256i table = table16(g.table8, TURBOKV_INT8_VNNI != 0);
+  int32_t start[R] = {};
+  if (TURBOKV_INT8_VNNI) {
+    for (int r = 0; r < R; ++r) {
+      int32_t sum = 0;
+      for (int j = 0; j < g.dims; ++j) sum += q8[r * qs + j];
+      start[r] = -128 * sum;
+    }
+  }
+  // Each token leaves one vector of partial sums per row in part[r][t % 8]; every 8 tokens
+  // one reduction per row turns them into 8 scores (lane = token).
+  alignas(32) __m256i part[R][8];
+  const uint8_t* base = records + g.offset;
+  for (size_t t = 0; t < n;) {
+    const size_t lane = t & 7;
+    __m256i acc[2][R];
+    for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_si256();
+    const bool two = t + 1 < n;  // lane is even, so both tokens land in the same group of 8
+    token_dots<B, R, kChunks>(q8, qs, table, base + t * code_size, chunks, acc[0]);
+    if (two) token_dots<B, R, kChunks>(q8, qs, table, base + (t + 1) * code_size, chunks, acc[1]);
+    for (int r = 0; r < R; ++r) {
+      part[r][lane] = acc[0][r];
+      part[r][lane + 1] = acc[1][r];
+    }
+    t += two ? 2 : 1;
+    if ((t & 7) == 0 || t == n) {
+      const size_t t0 = (t - 1) & ~size_t{7};
+      const size_t m = t - t0;
+      for (int r = 0; r < R; ++r) {
+        for (size_t i = m; i < 8; ++i) part[r][i] = _mm256_setzero_si256();
+        const __m256i sums = _mm256_add_epi32(reduce8_epi32(part[r]), _mm256_set1_epi32(start[r]));
+        const __m256 f = _mm256_cvtepi32_ps(sums);
+        const __m256 scale = _mm256_set1_ps(row_scale[r]);
+        float* dst = scores + r * ld + t0;
+        if (m == 8) {
+          _mm256_storeu_ps(dst, add ? _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(dst)) : _mm256_mul_ps(f, scale));
+          continue;
+        }
+        alignas(32) float lanes[8];
+        if (add) {
+          float old[8] = {};
+          std::memcpy(old, dst, m * sizeof(float));
+          _mm256_store_ps(lanes, _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(old)));
+        } else {
+          _mm256_store_ps(lanes, _mm256_mul_ps(f, scale));
+        }
+        std::memcpy(dst, lanes, m * sizeof(float));
+      }
+    }
+  }
+}
+
+template <int B, int R>
+void int8_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, const uint8_t* records,
+                    size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  switch (g.dims) {
+    case 64: int8_dots_tile<B, R, 2>(q8, qs, row_scale, records, code_size, n, g, scores, ld, add); break;
+    case 128: int8_dots_tile<B, R, 4>(q8, qs, row_scale, records, code_size, n, g, scores, ld, add); break;
+    default: int8_dots_tile<B, R, 0>(q8, qs, row_scale, records, code_size, n, g, scores, ld, add); break;
+  }
+}
+
+template <int B>
+void int8_dots_bits(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
+                    size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int8_dots_rows<B, 4>(q8 + r * qs, qs, row_scale + r, records, code_size, n, g, scores + r * ld, ld, add);
+  }
+  for (; r + 2 <= rows; r += 2) {
+    int8_dots_rows<B, 2>(q8 + r * qs, qs, row_scale + r, records, code_size, n, g, scores + r * ld, ld, add);
+  }
+  for (; r < rows; ++r) {
+    int8_dots_rows<B, 1>(q8 + r * qs, qs, row_scale + r, records, code_size, n, g, scores + r * ld, ld, add);
+  }
+}
+
+void int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
+               size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  switch (g.bits) {
+    case 2: int8_dots_bits<2>(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add); break;
+    case 3: int8_dots_bits<3>(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add); break;
+    default: int8_dots_bits<4>(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add); break;
+  }
+}
+
+// ---- values ---------------------------------------------------------------------------------
+
+// R rows, one chunk of 32 coordinates at a time: the chunk's int32 sums stay in registers over
+// the tokens (R x 4 vectors), four tokens per step. Weights are <= 127, so the AVX2 maddubs
+// pairs stay within 2 * 127 * 127.
+template <int B, int R>
+void int8_accumulate_tile(const uint8_t* w8, size_t ld, const float* row_scale, const uint8_t* records,
+                          size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  const int chunks = g.dims / kInt8Chunk;
+  const __m256i table = table16(g.table8, false);
+  for (int c = 0; c < chunks; ++c) {
+    __m256i sum[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < 4; ++k) sum[r][k] = _mm256_setzero_si256();
+    }
+    const uint8_t* base = records + g.offset + c * 4 * B;
+    for (size_t t = 0; t < n; t += 4) {
+      __m256i x[4], y[4];
+      for (int i = 0; i < 4; ++i) {
+        x[i] = t + i < n ? codes32<B>(base + (t + i) * code_size) : _mm256_setzero_si256();
+      }
+      interleave4(x, y);
+      for (int k = 0; k < 4; ++k) y[k] = _mm256_shuffle_epi8(table, y[k]);
+      for (int r = 0; r < R; ++r) {
+        int32_t w4;
+        std::memcpy(&w4, w8 + r * ld + t, sizeof w4);
+        const __m256i w = _mm256_set1_epi32(w4);
+        for (int k = 0; k < 4; ++k) sum[r][k] = dot_u8s8(sum[r][k], w, y[k]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_set1_ps(row_scale[r]);
+      float* a = acc + r * as + kInt8Chunk * c;
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_ps(a + 8 * k, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sum[r][k]), _mm256_loadu_ps(a + 8 * k)));
+      }
+    }
+  }
+}
+
+// AVX2 has 16 vector registers: two rows' 8 accumulators plus the decoded tokens fit; the VNNI
+// build (AVX-512VL: 32 registers) takes four rows per pass, decoding each chunk once for them.
+constexpr int kInt8ValueRows = TURBOKV_INT8_VNNI ? 4 : 2;
+
+template <int B>
+void int8_accumulate_bits(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
+                          const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
+                          float* acc, size_t as) {
+  int r = 0;
+  for (; r + kInt8ValueRows <= rows; r += kInt8ValueRows) {
+    int8_accumulate_tile<B, kInt8ValueRows>(w8 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
+  }
+  if constexpr (kInt8ValueRows > 2) {
+    for (; r + 2 <= rows; r += 2) {
+      int8_accumulate_tile<B, 2>(w8 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
+    }
+  }
+  for (; r < rows; ++r) {
+    int8_accumulate_tile<B, 1>(w8 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
+  }
+}
+
+void int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_scale, const uint8_t* records,
+                     size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  switch (g.bits) {
+    case 2: int8_accumulate_bits<2>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
+    case 3: int8_accumulate_bits<3>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
+    default: int8_accumulate_bits<4>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
+  }
+}
+
+// ---- weights --------------------------------------------------------------------------------
+
+// As the scalar kernel: the same multiply, max and fused rounding step, so the same bytes.
+void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint8_t* w8, float* scale) {
+  for (int r = 0; r < rows; ++r) {
+    const float* pr = p + r * ld;
+    uint8_t* out = w8 + r * ld;
+    alignas(32) float w[kBlockTokens + 8];
+    __m256 vmax = _mm256_setzero_ps();
+    __m256 check = _mm256_setzero_ps();  // w * 0: NaN where w is not finite
+    size_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(pr + t), _mm256_loadu_ps(norm + t));
+      _mm256_store_ps(w + t, v);
+      vmax = _mm256_max_ps(vmax, v);
+      check = _mm256_add_ps(check, _mm256_mul_ps(v, _mm256_setzero_ps()));
+    }
+    alignas(32) float lanes[8], checks[8];
+    _mm256_store_ps(lanes, vmax);
+    _mm256_store_ps(checks, check);
+    float wmax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 8; ++i) {
+      wmax = std::max(wmax, lanes[i]);
+      finite = finite && checks[i] == 0.0f;
+    }
+    for (; t < n; ++t) {
+      w[t] = pr[t] * norm[t];
+      finite = finite && std::isfinite(w[t]);
+      wmax = std::max(wmax, w[t]);
+    }
+    if (!finite) {  // NaN or infinite weights: no integers, a NaN scale
+      std::memset(out, 0, (n + 3) / 4 * 4);
+      scale[r] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float inv = wmax > 0.0f ? 127.0f / wmax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+    t = 0;
+    for (; t + 8 <= n; t += 8) {
+      const __m256i q = _mm256_cvttps_epi32(_mm256_fmadd_ps(_mm256_load_ps(w + t), vinv, half));
+      const __m128i q16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + t), _mm_packus_epi16(q16, q16));
+    }
+    for (; t < n; ++t) out[t] = static_cast<uint8_t>(std::trunc(std::fma(w[t], inv, 0.5f)));
+    for (; t < (n + 3) / 4 * 4; ++t) out[t] = 0;
+    scale[r] = wmax / 127.0f;
+  }
+}
+
+#undef TKV_INLINE

@@ -1,0 +1,44 @@
+// The integer attention kernels (attention_int8_simd.hpp) with AVX512-VNNI's vpdpbusd on 256-bit
+// registers (Ice Lake and later Xeons, Zen 4), chosen at run time. vpdpbusd multiplies unsigned
+// by signed bytes and sums four products into a 32-bit lane in one instruction, where AVX2 needs
+// maddubs + madd (+ a sign flip for keys): integer sums either way, so the same bits.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention/attention_kernels.hpp"
+#include "kernels/attention_int8_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
+#endif
+
+namespace turbokv::attn {
+namespace {
+#define TURBOKV_INT8_VNNI 1
+#include "kernels/attention_int8_simd.hpp"
+#undef TURBOKV_INT8_VNNI
+}  // namespace
+
+const Int8Kernels& int8_kernels_vnni() {
+  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights};
+  return kernels;
+}
+
+}  // namespace turbokv::attn
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
