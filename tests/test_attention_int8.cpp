@@ -45,10 +45,20 @@ bool same_bits(float a, float b) {
   return x == y;
 }
 
-// Position j of a kernel's layout holds coordinate position(j) (its per-chunk order).
-int position(const uint8_t* const* orders, int bits, int j) {
-  const uint8_t* order = orders != nullptr ? orders[bits] : nullptr;
-  return order != nullptr ? j / kInt8Chunk * kInt8Chunk + order[j % kInt8Chunk] : j;
+// Position j of a table's layout holds coordinate order[j]; checks it is a permutation.
+std::vector<uint16_t> order_of(const KernelTable& k, int bits, int dims, bool values) {
+  std::vector<uint16_t> order(dims);
+  for (int j = 0; j < dims; ++j) order[j] = static_cast<uint16_t>(j);
+  if (k.int8_order != nullptr) k.int8_order(bits, dims, values, order.data());
+  std::vector<bool> seen(dims, false);
+  for (uint16_t o : order) {
+    EXPECT_LT(o, dims);
+    if (o < dims) {
+      EXPECT_FALSE(seen[o]) << "coordinate " << o << " twice";
+      seen[o] = true;
+    }
+  }
+  return order;
 }
 
 TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
@@ -92,9 +102,10 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
                 scalar.int8_accumulate(w8.data(), kBlockTokens, rows, row_scale.data(), records.data(),
                                        code_size, n, g, acc_want.data(), as);
                 for (const KernelTable* k : tables) {
+                  const auto key_order = order_of(*k, bits, dims, false), value_order = order_of(*k, bits, dims, true);
                   std::vector<int8_t> qk(q.size());
                   for (int r = 0; r < rows; ++r) {
-                    for (int j = 0; j < dims; ++j) qk[r * qs + j] = q[r * qs + position(k->int8_key_order, bits, j)];
+                    for (int j = 0; j < dims; ++j) qk[r * qs + j] = q[r * qs + key_order[j]];
                   }
                   std::vector<float> got(rows * kBlockTokens, 0.25f), acc_k(rows * as, 0.5f);
                   k->int8_dots(qk.data(), qs, rows, row_scale.data(), records.data(), code_size, n, g, got.data(),
@@ -113,7 +124,7 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
                     }
                     for (int j = 0; j < dims; ++j) {
                       const float a = acc_k[r * as + j];
-                      const float b = acc_want[r * as + position(k->int8_value_order, bits, j)];
+                      const float b = acc_want[r * as + value_order[j]];
                       ASSERT_TRUE(same_bits(a, b)) << what << " acc row " << r << " pos " << j << ": " << a << " vs " << b;
                     }
                   }

@@ -17,8 +17,10 @@
 //     w<N>  (newest N tokens exact, "window"), then any of the flags
 //     -nonc (no norm correction; it is on by default, -nc says so explicitly), -ctr (exact
 //     centering on the sinks' mean, needs s<N>), -f32n (fp32 norms), -haar (dense Haar
-//     rotation), -x16 (sinks and window stored in fp16): e.g. tq3w64, tq3s4w64, k4v2-nonc,
-//     tq4s8-ctr, tq4-f32n, tq4s1w32-x16; -plain changes nothing (it names the plain codec)
+//     rotation), -x16 (sinks and window stored in fp16), -i8 (attention in int8 arithmetic,
+//     AttentionArithmetic::int8; also tq3.5-i8, tq4-i8): e.g. tq3w64, tq3s4w64, k4v2-nonc,
+//     tq4s8-ctr, tq4-f32n, tq4s1w32-x16, tq4-plain-i8; -plain changes nothing (it names the
+//     plain codec)
 //   q8_0 | q4_0 | q8_0h | q4_0h           llama.cpp block types; h = Hadamard-rotated rows
 //   kivi2 | kivi4 [r<N>]                  KIVI, residual N recent tokens (default 32)
 //   affine4 | affine8 | affine2           mlx-lm QuantizedKVCache, group 64

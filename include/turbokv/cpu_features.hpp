@@ -53,4 +53,20 @@ inline bool cpu_has_avx512_vnni_vl() {
 #endif
 }
 
+// True when, besides cpu_has_avx512_vnni_vl(), the CPU has AVX512BW and AVX512VBMI (byte
+// permutes and vpmultishiftqb: Ice Lake and later, Zen 4; not Cascade Lake).
+inline bool cpu_has_avx512_vnni_vbmi_bw() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool supported = [] {
+    if (!cpu_has_avx512_vnni_vl()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    return (b & (1u << 30)) != 0 && (c & (1u << 1)) != 0;  // AVX512BW, AVX512VBMI
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
 }  // namespace turbokv

@@ -84,12 +84,12 @@ struct KernelTable {
   // centroids (in [-127, 127]). Integer sums are exact, so every table gives the same bits.
   // scores[r * ld + t] = (add ? scores[r * ld + t] + : ) row_scale[r] * sum_j q8_r[j] * table8[code_t[j]]
   // (fma when adding), q row r at q8 + r * q_stride (bytes, values in [-127, 127]), in
-  // int8_key_order for this width.
+  // int8_order(bits, dims, false, ..) order.
   void (*int8_dots)(const int8_t* q8, size_t q_stride, int rows, const float* row_scale,
                     const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
                     float* scores, size_t ld, bool add);
   // acc[r * acc_stride + p] = fma(row_scale[r], sum_t w8[r * ld + t] * table8[code_t[dim(p)]], acc[..])
-  // for p < group.dims in int8_value_order; w8 values in [0, 127], and zero from t = n up to
+  // for p < group.dims in int8_order(bits, dims, true, ..) order; w8 values in [0, 127], and zero from t = n up to
   // the next multiple of 4 (the kernels read weights four tokens at a time).
   void (*int8_accumulate)(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
                           const uint8_t* records, size_t code_size, size_t n,
@@ -100,10 +100,9 @@ struct KernelTable {
   // valid). p >= 0 (softmax weights), norm >= 0.
   void (*int8_weights)(const float* p, size_t ld, int rows, const float* norm, size_t n,
                        uint8_t* w8, float* scale);
-  // Position p of every chunk of kInt8Chunk holds coordinate order[p] of that chunk (queries for
-  // keys, accumulators for values), indexed by bits; nullptr: coordinate order.
-  const uint8_t* const* int8_key_order;
-  const uint8_t* const* int8_value_order;
+  // order[p] = the coordinate at position p < dims of the kernels' query rows (values = false)
+  // or accumulators (values = true) for a group of this width; nullptr: coordinate order.
+  void (*int8_order)(int bits, int dims, bool values, uint16_t* order);
 };
 
 inline constexpr int kInt8Chunk = 32;

@@ -84,8 +84,7 @@ bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& ke
 class TurboQuantSource : public BlockSource {
  public:
   TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels, bool int8)
-      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4), int8_(int8),
-        int8_key_order_(kernels.int8_key_order), int8_value_order_(kernels.int8_value_order) {
+      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4), int8_(int8) {
     const TurboQuantMse* mse = cache.key_mse();
     const TurboQuantProd* prod = cache.key_prod();
     key_layout_ = prod != nullptr ? prod->layout() : mse->layout();
@@ -104,6 +103,7 @@ class TurboQuantSource : public BlockSource {
         const TurboQuantMse* mse = cache.key_mse();
         key_int8_scale_[g] = int8_table(mse->codebook(g), key_table8_[g]);
         key_groups_[g].table8 = key_table8_[g];
+        key_int8_order_[g] = int8_order(kernels, key_groups_[g], false);
       } else {
         q += key_groups_[g].padded_dims();
       }
@@ -129,6 +129,7 @@ class TurboQuantSource : public BlockSource {
       if (int8_) {
         value_int8_scale_[g] = int8_table(values.codebook(g), value_table8_[g]);
         value_groups_[g].table8 = value_table8_[g];
+        value_int8_order_[g] = int8_order(kernels, value_groups_[g], true);
       }
     }
     acc_orig_ = a;
@@ -156,7 +157,7 @@ class TurboQuantSource : public BlockSource {
       for (int g = 0; g < n_key_groups_; ++g) {
         const CodeGroup& group = key_groups_[g];
         if (int8_) {
-          quantize_query(y + first, group, key_int8_scale_[g], row + q_offset_[g], row + q_scale_[g]);
+          quantize_query(y + first, group, key_int8_order_[g], key_int8_scale_[g], row + q_offset_[g], row + q_scale_[g]);
           first += group.dims;
           continue;
         }
@@ -180,10 +181,9 @@ class TurboQuantSource : public BlockSource {
       int first = 0;
       for (int g = 0; g < n_value_groups_; ++g) {
         const CodeGroup& group = value_groups_[g];
-        const uint8_t* order = int8_ ? int8_order(int8_value_order_, group) : chunk_order(group);
-        const int span = int8_ ? kInt8Chunk : 8;
+        const uint8_t* order = int8_ ? nullptr : chunk_order(group);
         for (int j = 0; j < group.padded_dims(); ++j) {
-          const int target = order != nullptr ? j / span * span + order[j % span] : j;
+          const int target = int8_ ? value_int8_order_[g][j] : order != nullptr ? j / 8 * 8 + order[j % 8] : j;
           if (target < group.dims) rotated[i * dim_ + first + target] = a[acc_offset_[g] + j];
         }
         first += group.dims;
@@ -375,7 +375,6 @@ class TurboQuantSource : public BlockSource {
         const uint8_t* kr = key_page + (ci - page_first) * kcs;
         const uint8_t* vr = value_page + (ci - page_first) * vcs;
         const auto dots = [&](float* s) {
-          prefetch_bytes(vr, n * vcs);
           for (int g = 0; g < n_key_groups_; ++g) {
             k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
                         key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
@@ -416,8 +415,8 @@ class TurboQuantSource : public BlockSource {
   // its scale (the row's max / 127 times the codebook's int8 scale) at *scale. A row of zeros
   // gets scale 0; a non-finite row gets a NaN scale, so its scores come out NaN as on the
   // exact path instead of silently finite.
-  void quantize_query(const float* y, const CodeGroup& group, float codebook_scale, float* bytes,
-                      float* scale) const {
+  void quantize_query(const float* y, const CodeGroup& group, const std::vector<uint16_t>& order,
+                      float codebook_scale, float* bytes, float* scale) const {
     float ymax = 0.0f;
     bool finite = true;
     for (int j = 0; j < group.dims; ++j) {
@@ -425,17 +424,19 @@ class TurboQuantSource : public BlockSource {
       ymax = std::max(ymax, std::fabs(y[j]));
     }
     auto* q8 = reinterpret_cast<int8_t*>(bytes);
-    const uint8_t* order = int8_order(int8_key_order_, group);
     const float inv = finite && ymax > 0.0f ? 127.0f / ymax : 0.0f;
     for (int j = 0; j < group.dims; ++j) {
-      const int source = order != nullptr ? j / kInt8Chunk * kInt8Chunk + order[j % kInt8Chunk] : j;
-      q8[j] = static_cast<int8_t>(std::clamp<long>(std::lrint(y[source] * inv), -127, 127));
+      q8[j] = static_cast<int8_t>(std::clamp<long>(std::lrint(y[order[j]] * inv), -127, 127));
     }
     *scale = finite ? ymax / 127.0f * codebook_scale : std::numeric_limits<float>::quiet_NaN();
   }
 
-  static const uint8_t* int8_order(const uint8_t* const* orders, const CodeGroup& group) {
-    return orders != nullptr ? orders[group.bits] : nullptr;
+  // The kernels' order of a group's coordinates (KernelTable::int8_order; identity if none).
+  static std::vector<uint16_t> int8_order(const KernelTable& kernels, const CodeGroup& group, bool values) {
+    std::vector<uint16_t> order(group.dims);
+    for (int j = 0; j < group.dims; ++j) order[j] = static_cast<uint16_t>(j);
+    if (kernels.int8_order != nullptr) kernels.int8_order(group.bits, group.dims, values, order.data());
+    return order;
   }
 
   // Where a kernel table keeps 4-bit groups in its own chunk order (see KernelTable).
@@ -447,8 +448,7 @@ class TurboQuantSource : public BlockSource {
   int dim_;
   const uint8_t* chunk_order4_;
   bool int8_;
-  const uint8_t* const* int8_key_order_;
-  const uint8_t* const* int8_value_order_;
+  std::vector<uint16_t> key_int8_order_[2], value_int8_order_[2];
   int8_t key_table8_[2][16] = {}, value_table8_[2][16] = {};
   float key_int8_scale_[2] = {}, value_int8_scale_[2] = {};
   size_t q_scale_[2] = {};

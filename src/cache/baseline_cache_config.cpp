@@ -87,9 +87,11 @@ KVConfigSpec parse_turboquant(const std::string& name) {
       tq.rotation = RotationKind::haar;
     } else if (flag == "x16") {
       tq.exact_dtype = DenseDtype::f16;
+    } else if (flag == "i8") {
+      tq.int8_attention = true;
     } else if (flag == "plain") {  // tq4-plain, tq3.5-plain: the uniform codec the bare names once meant
     } else {
-      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16, -plain)",
+      detail::fail("configuration '{}': unknown flag '-{}' (known: -nonc, -nc, -ctr, -f32n, -haar, -x16, -i8, -plain)",
                    name, flag);
     }
     pos = end;
@@ -111,6 +113,7 @@ KVConfigSpec parse_turboquant(const std::string& name) {
   if (tq.fp32_norm) d += ", fp32 norms";
   if (tq.rotation == RotationKind::haar) d += ", Haar rotation";
   if (tq.exact_dtype == DenseDtype::f16 && (tq.sinks > 0 || tq.window > 0)) d += " (in fp16)";
+  if (tq.int8_attention) d += ", int8 attention";
   spec.description = d;
   return spec;
 }
@@ -174,6 +177,7 @@ std::string scheme_description(const CacheConfig& c) {
     d += fmt::format("; layer {}: keys {} values {}", lb.layer, bits_text(lb.key_bits), bits_text(lb.value_bits));
   }
   d += fmt::format(", {} sink and the newest {} tokens exact (fp16)", c.tq.sinks, c.tq.window);
+  if (c.tq.int8_attention) d += ", int8 attention";
   return d;
 }
 
@@ -255,8 +259,9 @@ KVConfigSpec parse_kv_config(const std::string& name) {
     spec.description = fmt::format("mlx-lm affine {}-bit (groups of 64, fp16 scale and bias)", bits);
     return spec;
   }
-  if (name == "tq3.5" || name == "tq4") {
-    c = *turboquant_scheme(name == "tq4" ? 4.0 : 3.5);
+  if (name == "tq3.5" || name == "tq4" || name == "tq3.5-i8" || name == "tq4-i8") {
+    c = *turboquant_scheme(starts_with(name, "tq4") ? 4.0 : 3.5);
+    c.tq.int8_attention = name.ends_with("-i8");
     spec.description = scheme_description(c);
     return spec;
   }
@@ -265,7 +270,7 @@ KVConfigSpec parse_kv_config(const std::string& name) {
     return parse_turboquant(name);
   }
   detail::fail("unknown configuration '{}' (known: dense16, dense32, tq<bits>, k<bits>v<bits>, "
-               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16][-plain], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
+               "prod<bits>, [s<N>][w<N>][-nonc][-ctr][-f32n][-haar][-x16][-i8][-plain], q8_0, q4_0, q8_0h, q4_0h, kivi2, "
                "kivi4, affine4, affine8, or kind:key=value,...)",
                name);
 }

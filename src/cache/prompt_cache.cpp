@@ -122,6 +122,10 @@ CacheConfig parse_cache_config(const std::string& spec) {
         tq.sinks = parse_number<size_t>(key, value);
       } else if (key == "exact") {
         tq.exact_dtype = parse_dense_dtype(value);
+      } else if (key == "attention") {
+        TURBOKV_CHECK(value == "int8" || value == "exact",
+                      "cache config: attention must be int8 or exact, got '{}'", value);
+        tq.int8_attention = value == "int8";
       } else {
         detail::fail("cache config: unknown turboquant option '{}'", key);
       }
@@ -153,6 +157,7 @@ std::string format_cache_config(const CacheConfig& c) {
     items.push_back(fmt::format("sinks={}", t.sinks));
     if (t.center) items.push_back("center=1");
     if (t.exact_dtype != DenseDtype::f32) items.push_back("exact=" + dense_dtype_name(t.exact_dtype));
+    if (t.int8_attention) items.push_back("attention=int8");
     items.push_back(fmt::format("page_tokens={}", t.page_tokens));
   } else {
     for (const auto& [k, v] : c.options) items.push_back(k + "=" + v);

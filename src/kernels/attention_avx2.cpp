@@ -769,11 +769,12 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
 
 // The integer kernels come from attention_int8_avx2.cpp / attention_int8_vnni.cpp.
 KernelTable make_table(const char* name, const Int8Kernels& int8) {
+  // int8.order: the VNNI build decodes 3-bit codes in another order than the AVX2 one.
   return KernelTable{name,           dots_f16,           dots_f32,
                      accumulate_f16, accumulate_f32,     group_dots,
                      group_accumulate, softmax_update,   load_norms,
                      kChunkOrder4,   int8.dots,          int8.accumulate,
-                     int8.weights,   int8_key_orders(),  int8_value_orders()};
+                     int8.weights,   int8.order};
 }
 
 }  // namespace
@@ -794,7 +795,7 @@ const KernelTable* avx2_kernel_table() {
 }
 
 const KernelTable* vnni_kernel_table() {
-  if (!cpu_has_avx2_fma_f16c() || !cpu_has_avx512_vnni_vl()) return nullptr;
+  if (!cpu_has_avx2_fma_f16c() || !cpu_has_avx512_vnni_vbmi_bw()) return nullptr;
   static const KernelTable table = make_table("avx2+vnni", int8_kernels_vnni());
   return &table;
 }

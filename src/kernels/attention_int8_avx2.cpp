@@ -1,5 +1,5 @@
 // The integer attention kernels (attention_int8_simd.hpp) for AVX2: products by maddubs + madd.
-// Their orders of coordinates: int8_key_orders() / int8_value_orders() (attention_int8_orders.cpp).
+// Their order of coordinates: int8_avx2_order (attention_int8_orders.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,7 +27,7 @@ namespace {
 }  // namespace
 
 const Int8Kernels& int8_kernels_avx2() {
-  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights};
+  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights, int8_avx2_order};
   return kernels;
 }
 

@@ -1,6 +1,10 @@
-// The orders of coordinates the SIMD integer kernels work in (attention_int8_simd.hpp): what
-// codes32<B> puts in byte i of a chunk of 32, and where interleave4 then puts it.
-#include <array>
+// The order of coordinates the SIMD integer kernels work in (attention_int8_simd.hpp).
+//
+// A group is decoded in units: at 4 bits, 64 coordinates from one 32-byte load (its low nibbles
+// = the even coordinates, then its high nibbles = the odd ones), and a last unit of 32 when the
+// group has an odd number of 32s; at 2 and 3 bits, 32 coordinates (codes32<B>). For keys a
+// unit's bytes are used in decode order; for values each 32 of them go through interleave4,
+// whose 32-bit lane d of vector k holds byte 16 * (d / 4) + 4k + d % 4.
 #include <cstdint>
 
 #include "kernels/attention_int8_kernels.hpp"
@@ -8,54 +12,46 @@
 namespace turbokv::attn {
 namespace {
 
-using Order = std::array<uint8_t, 32>;
-
-Order key_order(int bits) {
-  Order o{};
-  for (int i = 0; i < 32; ++i) {
-    if (bits == 4) o[i] = static_cast<uint8_t>(i < 16 ? 2 * i : 2 * (i - 16) + 1);  // low nibbles, then high
-    if (bits == 2) o[i] = static_cast<uint8_t>(4 * (i % 8) + i / 8);  // 64-bit lane k: codes 4j + k
-    if (bits == 3) {
-      // Groups of 8 codes in the order 0, 2, 1, 3.
-      static const int kGroup[4] = {0, 2, 1, 3};
-      o[i] = static_cast<uint8_t>(8 * kGroup[i / 8] + i % 8);
-    }
-  }
-  return o;
+// Byte i of codes32<bits>'s output holds the code of coordinate decode32(bits, i).
+int decode32(int bits, int i, bool vnni) {
+  if (bits == 4) return i < 16 ? 2 * i : 2 * (i - 16) + 1;  // low nibbles, then high
+  if (bits == 2) return 4 * (i % 8) + i / 8;                // 64-bit lane k: codes 4j + k
+  if (vnni) return i;                                       // 3 bits, vpmultishiftqb
+  static const int kGroup[4] = {0, 2, 1, 3};                // 3 bits: groups of 8 as 0, 2, 1, 3
+  return 8 * kGroup[i / 8] + i % 8;
 }
 
-// 32-bit lane d of interleaved vector k holds byte 16 * (d / 4) + 4k + d % 4 of the codes.
-Order value_order(int bits) {
-  const Order key = key_order(bits);
-  Order o{};
-  for (int k = 0; k < 4; ++k) {
-    for (int d = 0; d < 8; ++d) o[8 * k + d] = key[16 * (d / 4) + 4 * k + d % 4];
-  }
-  return o;
+// Where interleave4 puts byte positions: accumulator position p <- byte interleaved(p).
+int interleaved(int p) {
+  const int k = p / 8, d = p % 8;
+  return 16 * (d / 4) + 4 * k + d % 4;
 }
 
-struct Orders {
-  Order key[3], value[3];
-  const uint8_t* key_by_bits[9] = {};
-  const uint8_t* value_by_bits[9] = {};
-  Orders() {
-    for (int bits = 2; bits <= 4; ++bits) {
-      key[bits - 2] = key_order(bits);
-      value[bits - 2] = value_order(bits);
-      key_by_bits[bits] = key[bits - 2].data();
-      value_by_bits[bits] = value[bits - 2].data();
+void simd_order(int bits, int dims, bool values, bool vnni, uint16_t* order) {
+  int first = 0;
+  if (bits == 4) {
+    for (; first + 64 <= dims; first += 64) {
+      for (int p = 0; p < 64; ++p) {
+        const int byte = values ? interleaved(p % 32) : p % 32;  // byte of the 32 nibbles' bytes
+        order[first + p] = static_cast<uint16_t>(first + 2 * byte + p / 32);
+      }
     }
   }
-};
-
-const Orders& orders() {
-  static const Orders o;
-  return o;
+  for (; first + 32 <= dims; first += 32) {
+    for (int p = 0; p < 32; ++p) {
+      order[first + p] = static_cast<uint16_t>(first + decode32(bits, values ? interleaved(p) : p, vnni));
+    }
+  }
 }
 
 }  // namespace
 
-const uint8_t* const* int8_key_orders() { return orders().key_by_bits; }
-const uint8_t* const* int8_value_orders() { return orders().value_by_bits; }
+void int8_avx2_order(int bits, int dims, bool values, uint16_t* order) {
+  simd_order(bits, dims, values, false, order);
+}
+
+void int8_vnni_order(int bits, int dims, bool values, uint16_t* order) {
+  simd_order(bits, dims, values, true, order);
+}
 
 }  // namespace turbokv::attn

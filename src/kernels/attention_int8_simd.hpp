@@ -13,7 +13,8 @@
 // measure what that costs).
 //
 // Decode: codes32<B> turns the 4B bytes of 32 B-bit codes into 32 code bytes in a fixed order
-// (kKeyOrder<B>), then one vpshufb turns codes into int8 centroids. Values need the tokens, not
+// (at 4 bits, one 32-byte load gives 64: its low and its high nibbles), then one vpshufb turns
+// codes into int8 centroids; attention_int8_orders.cpp spells the orders out. Values need the tokens, not
 // the coordinates, next to each other (vpdpbusd sums four neighbouring byte products), so four
 // tokens' code bytes are interleaved by two rounds of unpacks first (kValueOrder<B>).
 
@@ -21,7 +22,8 @@
 
 // ---- 32 codes -> 32 code bytes ------------------------------------------------------------
 
-// Byte i of the result holds the code of coordinate kKeyOrder<B>[i] of the chunk.
+// Byte i of the result holds the code of coordinate decode32(B, i) of the chunk
+// (attention_int8_orders.cpp).
 template <int B>
 TKV_INLINE __m256i codes32(const uint8_t* p);
 
@@ -47,6 +49,20 @@ TKV_INLINE __m256i codes32<2>(const uint8_t* p) {
 // lane per code, the two bytes holding it; a multiply by 2^(8 - shift) and a shift right by 8
 // leave it in the low bits (AVX2 has no per-lane 16-bit shift); a pack makes bytes.
 // Output: groups 0, 2 in the low lane, 1, 3 in the high lane.
+#if TURBOKV_INT8_VNNI
+// 3 bits with AVX512VBMI: a masked load of the 12 bytes (no byte past them is touched), a byte
+// permute giving each 64-bit lane one 3-byte group, and vpmultishiftqb pulling byte j of the
+// lane from bit 3j: coordinate order.
+template <>
+TKV_INLINE __m256i codes32<3>(const uint8_t* p) {
+  const __m256i bytes = _mm256_castsi128_si256(_mm_maskz_loadu_epi8(0x0fff, p));
+  const __m256i groups = _mm256_permutexvar_epi8(
+      _mm256_setr_epi8(0, 1, 2, 2, 2, 2, 2, 2, 3, 4, 5, 5, 5, 5, 5, 5, 6, 7, 8, 8, 8, 8, 8, 8, 9, 10, 11, 11, 11, 11, 11, 11),
+      bytes);
+  const __m256i shifts = _mm256_set1_epi64x(0x15120f0c09060300LL);  // 21, 18, ..., 3, 0
+  return _mm256_and_si256(_mm256_multishift_epi64_epi8(shifts, groups), _mm256_set1_epi8(0x07));
+}
+#else
 template <>
 TKV_INLINE __m256i codes32<3>(const uint8_t* p) {
   uint64_t lo;
@@ -67,6 +83,7 @@ TKV_INLINE __m256i codes32<3>(const uint8_t* p) {
   const __m256i c = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b, idx_b), mul), 8);
   return _mm256_and_si256(_mm256_packus_epi16(a, c), _mm256_set1_epi8(0x07));
 }
+#endif
 
 // Four tokens' code bytes -> four vectors whose 32-bit lane d of vector k holds byte
 // 16 * (d / 4) + 4k + d % 4 of each token, tokens 0..3 in its four bytes.
@@ -115,25 +132,41 @@ TKV_INLINE __m256i reduce8_epi32(const __m256i* a) {
 // centroids come offset by 128 (unsigned) and each row's sum starts at -128 * sum(q8). AVX2:
 // |centroid| times the query byte with the centroid's sign (maddubs pairs stay within
 // 2 * 127 * 127). kChunks > 0 fixes the chunks per token at compile time (head_dim 64, 128).
+// acc[r] += the products of one chunk of 32 decoded centroids k with query bytes q8 + r * qs.
+template <int R>
+TKV_INLINE void chunk_dots(const int8_t* q8, size_t qs, __m256i k, __m256i* acc) {
+#if TURBOKV_INT8_VNNI
+  for (int r = 0; r < R; ++r) {
+    acc[r] = dot_u8s8(acc[r], k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs)));
+  }
+#else
+  const __m256i k_abs = _mm256_abs_epi8(k);
+  for (int r = 0; r < R; ++r) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs));
+    acc[r] = dot_u8s8(acc[r], k_abs, _mm256_sign_epi8(q, k));
+  }
+#endif
+}
+
+// One token's chunks. 4 bits: pairs of chunks from one 32-byte load (low nibbles = even
+// coordinates, high = odd; attention_int8_orders.cpp), then a last single chunk if any.
 template <int B, int R, int kChunks>
 TKV_INLINE void token_dots(const int8_t* q8, size_t qs, const __m256i table, const uint8_t* rec, int chunks,
                            __m256i* acc) {
   const int nc = kChunks > 0 ? kChunks : chunks;
-#pragma GCC unroll 8
-  for (int c = 0; c < nc; ++c) {
-    const __m256i k = _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B));
-#if TURBOKV_INT8_VNNI
-    for (int r = 0; r < R; ++r) {
-      acc[r] = dot_u8s8(acc[r], k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs + kInt8Chunk * c)));
+  int c = 0;
+  if constexpr (B == 4) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (; c + 2 <= nc; c += 2) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 * c));
+      chunk_dots<R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, _mm256_and_si256(x, nibble)), acc);
+      chunk_dots<R>(q8 + kInt8Chunk * (c + 1), qs,
+                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble)), acc);
     }
-#else
-    const __m256i k_abs = _mm256_abs_epi8(k);
-    for (int r = 0; r < R; ++r) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs + kInt8Chunk * c));
-      acc[r] = dot_u8s8(acc[r], k_abs, _mm256_sign_epi8(q, k));
-    }
-#endif
   }
+#pragma GCC unroll 8
+  for (; c < nc; ++c) chunk_dots<R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B)), acc);
 }
 
 template <int B, int R, int kChunks>
@@ -228,6 +261,20 @@ void int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_scale, co
 
 // ---- values ---------------------------------------------------------------------------------
 
+// The code bytes of chunk c of the token at p (the group's codes): at 4 bits a chunk of a pair
+// (see token_dots) is the low or high nibbles of the pair's 32 bytes.
+template <int B>
+TKV_INLINE __m256i chunk_codes_of(const uint8_t* p, int c, bool paired) {
+  if constexpr (B == 4) {
+    if (paired) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * (c & ~1)));
+      const __m256i nibbles = (c & 1) != 0 ? _mm256_srli_epi16(x, 4) : x;
+      return _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0f));
+    }
+  }
+  return codes32<B>(p + c * 4 * B);
+}
+
 // R rows, one chunk of 32 coordinates at a time: the chunk's int32 sums stay in registers over
 // the tokens (R x 4 vectors), four tokens per step. Weights are <= 127, so the AVX2 maddubs
 // pairs stay within 2 * 127 * 127.
@@ -236,16 +283,17 @@ void int8_accumulate_tile(const uint8_t* w8, size_t ld, const float* row_scale, 
                           size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
   const int chunks = g.dims / kInt8Chunk;
   const __m256i table = table16(g.table8, false);
+  const uint8_t* base = records + g.offset;
   for (int c = 0; c < chunks; ++c) {
+    const bool paired = B == 4 && (c & ~1) + 2 <= chunks;
     __m256i sum[R][4];
     for (int r = 0; r < R; ++r) {
       for (int k = 0; k < 4; ++k) sum[r][k] = _mm256_setzero_si256();
     }
-    const uint8_t* base = records + g.offset + c * 4 * B;
     for (size_t t = 0; t < n; t += 4) {
       __m256i x[4], y[4];
       for (int i = 0; i < 4; ++i) {
-        x[i] = t + i < n ? codes32<B>(base + (t + i) * code_size) : _mm256_setzero_si256();
+        x[i] = t + i < n ? chunk_codes_of<B>(base + (t + i) * code_size, c, paired) : _mm256_setzero_si256();
       }
       interleave4(x, y);
       for (int k = 0; k < 4; ++k) y[k] = _mm256_shuffle_epi8(table, y[k]);

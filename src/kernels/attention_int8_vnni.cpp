@@ -1,7 +1,9 @@
 // The integer attention kernels (attention_int8_simd.hpp) with AVX512-VNNI's vpdpbusd on 256-bit
 // registers (Ice Lake and later Xeons, Zen 4), chosen at run time. vpdpbusd multiplies unsigned
 // by signed bytes and sums four products into a 32-bit lane in one instruction, where AVX2 needs
-// maddubs + madd (+ a sign flip for keys): integer sums either way, so the same bits.
+// maddubs + madd (+ a sign flip for keys): integer sums either way, so the same bits. 3-bit codes
+// unpack with AVX512VBMI's vpmultishiftqb (every CPU with VNNI but Cascade Lake has it; the
+// table asks for both).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,10 +17,10 @@
 #include <immintrin.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi")
 #endif
 
 namespace turbokv::attn {
@@ -29,7 +31,7 @@ namespace {
 }  // namespace
 
 const Int8Kernels& int8_kernels_vnni() {
-  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights};
+  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights, int8_vnni_order};
   return kernels;
 }
 

@@ -217,7 +217,7 @@ const KernelTable& scalar_kernel_table() {
                                  accumulate_f16,   accumulate_f32, group_dots,
                                  group_accumulate, softmax_update, load_norms,
                                  nullptr,          int8_dots,      int8_accumulate,
-                                 int8_weights,     nullptr,        nullptr};
+                                 int8_weights,     nullptr};
   return table;
 }
 
