@@ -79,6 +79,25 @@ TEST(CacheConfig, TurboQuantNames) {
   EXPECT_TRUE(turbokv::parse_cache_config(turbokv::format_cache_config(long_form)).tq.center);
 }
 
+TEST(CacheConfig, Int8AttentionFlag) {
+  EXPECT_FALSE(parse_kv_config("tq4").config.tq.int8_attention);
+  for (const char* name : {"tq4-i8", "tq3.5-i8", "tq4-plain-i8", "tq3-i8", "k4v2s1w8-x16-i8"}) {
+    const auto s = parse_kv_config(name);
+    EXPECT_TRUE(s.config.tq.int8_attention) << name;
+    EXPECT_NE(s.description.find("int8 attention"), std::string::npos) << s.description;
+  }
+  // The schemes keep their codes: only the arithmetic differs.
+  const auto scheme = parse_kv_config("tq4").config.tq, scheme_i8 = parse_kv_config("tq4-i8").config.tq;
+  EXPECT_EQ(scheme.key_bits, scheme_i8.key_bits);
+  EXPECT_EQ(scheme.window, scheme_i8.window);
+  const auto long_form = turbokv::parse_cache_config("turboquant:bits=3,attention=int8");
+  EXPECT_TRUE(long_form.tq.int8_attention);
+  EXPECT_TRUE(turbokv::parse_cache_config(turbokv::format_cache_config(long_form)).tq.int8_attention);
+  EXPECT_FALSE(turbokv::parse_cache_config("turboquant:bits=3,attention=exact").tq.int8_attention);
+  EXPECT_THROW(turbokv::parse_cache_config("turboquant:bits=3,attention=fast"), turbokv::Error);
+  EXPECT_THROW(parse_kv_config("tq4-i9"), turbokv::Error);
+}
+
 TEST(CacheConfig, BaselineAndDenseNames) {
   EXPECT_EQ(parse_kv_config("dense16").config.kind, "dense");
   EXPECT_EQ(parse_kv_config("dense16").config.dense_dtype, DenseDtype::f16);

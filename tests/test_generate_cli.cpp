@@ -75,10 +75,28 @@ TEST(GenerateCli, KvBitsBudgetsTakeTheSchemesCodes) {
   EXPECT_NE(half.find("turboquant k3/v2 mse"), std::string::npos) << half;
   const auto [plain, s3] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-window 0");
   ASSERT_EQ(s3, 0) << plain;
-  EXPECT_NE(plain.find("turboquant k4/v4 mse sinks 1]"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("turboquant k4/v4 mse sinks 1, int8 attention]"), std::string::npos) << plain;
   const auto [exact, s4] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-exact f32");
   ASSERT_EQ(s4, 0) << exact;
-  EXPECT_NE(exact.find("k3/v3 mse sinks 1 window 32]"), std::string::npos) << exact;
+  EXPECT_NE(exact.find("k3/v3 mse sinks 1 window 32, int8 attention]"), std::string::npos) << exact;
+}
+
+// TurboQuant caches built from the flags attend in int8 unless --kv-attention exact says
+// otherwise; a --cache string says it itself (attention=int8), and the flag overrides it.
+TEST(GenerateCli, KvAttentionChoosesTheArithmetic) {
+  require_tool();
+  const auto [exact, s1] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-attention exact");
+  ASSERT_EQ(s1, 0) << exact;
+  EXPECT_NE(exact.find("window 32 (fp16)]"), std::string::npos) << exact;
+  const auto [spec, s2] = run("generate --prompt 'In the beginning' -n 3 --cache turboquant:bits=4,attention=int8");
+  ASSERT_EQ(s2, 0) << spec;
+  EXPECT_NE(spec.find("k4/v4 mse, int8 attention]"), std::string::npos) << spec;
+  const auto [overridden, s3] =
+      run("generate --prompt 'In the beginning' -n 3 --cache turboquant:bits=4,attention=int8 --kv-attention exact");
+  ASSERT_EQ(s3, 0) << overridden;
+  EXPECT_NE(overridden.find("k4/v4 mse]"), std::string::npos) << overridden;
+  EXPECT_NE(run("generate --prompt x --kv-attention fast --kv-bits 4").second, 0);  // CLI11's usage error
+  EXPECT_EQ(run("generate --prompt x --kv-attention int8").second, 1);  // the dense cache has no codes
 }
 
 TEST(GenerateCli, BadArgumentsFailWithAMessage) {

@@ -25,6 +25,10 @@ void add_kv_flags(CLI::App& app, const std::shared_ptr<KvFlags>& a, const std::s
   app.add_option_function<std::string>("--kv-exact", [a](const std::string& t) { a->kv_exact = t; },
                                        "storage of the exact sinks and window: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}));
+  app.add_option_function<std::string>("--kv-attention", [a](const std::string& t) { a->kv_attention = t; },
+                                       "arithmetic of attention over TurboQuant codes: int8 (default) or exact "
+                                       "(float centroids, as dequantize-then-attend)")
+      ->check(CLI::IsMember({"int8", "exact"}));
   app.add_option("--cache", a->cache_spec, "any cache class, e.g. dense, dense:dtype=f32, turboquant:bits=3,window=32, q8_0");
 }
 
@@ -35,12 +39,14 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
     if (a.kv_window || a.kv_sinks || a.kv_exact) {
       throw Error("--cache takes window=, sinks= and exact= inside its string, not --kv-window/--kv-sinks/--kv-exact");
     }
-    return parse_cache_config(a.cache_spec);
+    CacheConfig config = parse_cache_config(a.cache_spec);
+    if (a.kv_attention) config.tq.int8_attention = *a.kv_attention == "int8";
+    return config;
   }
   CacheConfig config;
   if (!any_bits && !default_bits) {
-    if (a.kv_window || a.kv_sinks || a.kv_exact) {
-      throw Error("--kv-window/--kv-sinks/--kv-exact need --kv-bits (the dense cache keeps everything)");
+    if (a.kv_window || a.kv_sinks || a.kv_exact || a.kv_attention) {
+      throw Error("--kv-window/--kv-sinks/--kv-exact/--kv-attention need --kv-bits (the dense cache keeps everything)");
     }
     return config;  // dense fp16
   }
@@ -56,6 +62,7 @@ CacheConfig kv_cache_config(const KvFlags& a, std::optional<double> default_bits
   config.tq.window = a.kv_window.value_or(32);
   config.tq.sinks = a.kv_sinks.value_or(1);
   config.tq.exact_dtype = a.kv_exact ? parse_dense_dtype(*a.kv_exact) : default_exact;
+  config.tq.int8_attention = a.kv_attention.value_or("int8") == "int8";
   // --kv-bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their code widths (and
   // per-layer widths, if any) and fp16 exact tokens unless --kv-exact says otherwise; how many
   // sinks and window tokens stay this tool's (flags, defaults). The schemes spend part of the
@@ -80,6 +87,7 @@ std::string kv_cache_label(const CacheConfig& config) {
   if (config.tq.sinks > 0) label += fmt::format(" sinks {}", config.tq.sinks);
   if (config.tq.window > 0) label += fmt::format(" window {}", config.tq.window);
   if ((config.tq.window > 0 || config.tq.sinks > 0) && config.tq.exact_dtype == DenseDtype::f16) label += " (fp16)";
+  if (config.tq.int8_attention) label += ", int8 attention";
   return label;
 }
 

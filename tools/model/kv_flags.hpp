@@ -25,9 +25,14 @@ struct KvFlags {
   std::optional<size_t> kv_sinks;
   std::string cache_spec;
   std::optional<std::string> kv_exact;  // storage of sinks and window: f16 or f32
+  // How attention multiplies TurboQuant codes (AttentionArithmetic): unset = int8 for the
+  // caches these flags build (measured within 2% of the exact path's KL on kjv, several times
+  // cheaper; docs/benchmarks.md), what the string says for --cache.
+  std::optional<std::string> kv_attention;
 };
 
-// Adds --kv-bits, --key-bits, --value-bits, --kv-codec, --kv-window, --kv-sinks, --cache.
+// Adds --kv-bits, --key-bits, --value-bits, --kv-codec, --kv-window, --kv-sinks, --kv-exact,
+// --kv-attention, --cache.
 void add_kv_flags(CLI::App& app, const std::shared_ptr<KvFlags>& flags, const std::string& default_text);
 
 // The cache the flags ask for; without any bits flag: `default_bits` TurboQuant bits (serve),
