@@ -37,6 +37,26 @@ def test_fused_attention_close_to_exact(rng, bits):
 
 
 @pytest.mark.parametrize("bits", [4, 3])
+def test_int8_arithmetic_close_to_exact(rng, bits):
+    """arithmetic="int8" rounds queries, centroids and weights to integers: its output stays
+    within a few percent of the exact path's and as close to the truth."""
+    kv_heads, q_heads, tokens, head_dim = 4, 16, 512, 128
+    keys, values = _keys_with_structure(rng, kv_heads, tokens, head_dim)
+    cache = turbokv.TurboQuantKVCache(bits=bits)
+    cache.update_and_fetch(keys, values)
+    queries = rng.standard_normal((1, q_heads, 1, head_dim)).astype(np.float32)
+    queries += 2.0 * keys[:, np.arange(q_heads) // (q_heads // kv_heads), -1:, :]
+    exact = turbokv.attention(queries, cache, arithmetic="exact")
+    fast = turbokv.attention(queries, cache, arithmetic="int8")
+    assert not np.array_equal(fast, exact), "the int8 path did not run"
+    assert cosine(fast[0], exact[0]) >= 0.999
+    truth = reference_attention(queries[0], keys[0], values[0])
+    assert cosine(fast[0], truth) >= ATTENTION_COSINE[bits]
+    with pytest.raises(ValueError):
+        turbokv.attention(queries, cache, arithmetic="fast")
+
+
+@pytest.mark.parametrize("bits", [4, 3])
 def test_fused_equals_dequantized_attention(rng, bits):
     """The fused kernel reads codes directly; it must agree with attention over fetch()."""
     keys, values = random_kv(rng, kv_heads=2, tokens=300, head_dim=128)

@@ -67,6 +67,7 @@ def attention(
     causal: bool = True,
     softcap: float = 0.0,
     threads: int = 0,
+    arithmetic: Literal["exact", "int8"] = "exact",
 ) -> _Array: ...
 def save_prompt_cache(path: _Path, caches: list[_Cache], metadata: dict[str, str] | None = None) -> None: ...
 @overload

@@ -375,6 +375,7 @@ class TurboQuantSource : public BlockSource {
         const uint8_t* kr = key_page + (ci - page_first) * kcs;
         const uint8_t* vr = value_page + (ci - page_first) * vcs;
         const auto dots = [&](float* s) {
+          prefetch_bytes(vr, n * vcs);  // this block's values (their norms are read first)
           for (int g = 0; g < n_key_groups_; ++g) {
             k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
                         key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
