@@ -668,6 +668,51 @@ void group_accumulate(const float* w, size_t ld, int rows, const uint8_t* record
   }
 }
 
+// ---- 8-bit codes on VBMI CPUs -------------------------------------------------------------------
+//
+// The VNNI table's group kernels: 8-bit groups of >= 64 coordinates are decoded to float rows in
+// L1 (decode_codes8_vbmi, no gathers) and run through the dense float kernels, kValueRun tokens
+// at a time; every other group goes to the AVX2 kernels above.
+constexpr size_t kCodes8Run = 16;
+
+bool codes8_buffered(const CodeGroup& g) { return g.bits == 8 && g.dims >= 64 && g.dims <= kMaxBufferedDim; }
+
+void group_dots8(const float* q, size_t qs, int rows, const uint8_t* records, size_t code_size, size_t n,
+                 const CodeGroup& g, float* scores, size_t ld, bool add) {
+  if (!codes8_buffered(g)) {
+    group_dots(q, qs, rows, records, code_size, n, g, scores, ld, add);
+    return;
+  }
+  alignas(64) float buffer[kCodes8Run * kMaxBufferedDim];
+  alignas(32) float part[kMaxRows * kCodes8Run];
+  for (size_t t0 = 0; t0 < n; t0 += kCodes8Run) {
+    const size_t m = n - t0 < kCodes8Run ? n - t0 : kCodes8Run;
+    decode_codes8_vbmi(g.table, records + t0 * code_size, code_size, g.offset, m, g.dims, buffer);
+    float* dst = add ? part : scores + t0;
+    const size_t dst_ld = add ? kCodes8Run : ld;
+    dots_dense(q, qs, rows, static_cast<const float*>(buffer), m, g.dims, dst, dst_ld);
+    if (add) {
+      for (int r = 0; r < rows; ++r) {
+        for (size_t i = 0; i < m; ++i) scores[r * ld + t0 + i] += part[r * kCodes8Run + i];
+      }
+    }
+  }
+}
+
+void group_accumulate8(const float* w, size_t ld, int rows, const uint8_t* records, size_t code_size,
+                       size_t n, const CodeGroup& g, float* acc, size_t as) {
+  if (!codes8_buffered(g)) {
+    group_accumulate(w, ld, rows, records, code_size, n, g, acc, as);
+    return;
+  }
+  alignas(64) float buffer[kCodes8Run * kMaxBufferedDim];
+  for (size_t t0 = 0; t0 < n; t0 += kCodes8Run) {
+    const size_t m = n - t0 < kCodes8Run ? n - t0 : kCodes8Run;
+    decode_codes8_vbmi(g.table, records + t0 * code_size, code_size, g.offset, m, g.dims, buffer);
+    accumulate_dense(w + t0, ld, rows, static_cast<const float*>(buffer), m, g.dims, acc, as);
+  }
+}
+
 // ---- norms ------------------------------------------------------------------------------------
 
 void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out) {
@@ -780,11 +825,11 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
 }
 
 // The integer kernels come from attention_int8_avx2.cpp / attention_int8_vnni.cpp.
-KernelTable make_table(const char* name, const Int8Kernels& int8) {
+KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
   // int8.order: the VNNI build decodes 3-bit codes in another order than the AVX2 one.
   return KernelTable{name,           dots_f16,           dots_f32,
-                     accumulate_f16, accumulate_f32,     group_dots,
-                     group_accumulate, softmax_update,   load_norms,
+                     accumulate_f16, accumulate_f32,     vbmi ? group_dots8 : group_dots,
+                     vbmi ? group_accumulate8 : group_accumulate, softmax_update, load_norms,
                      kChunkOrder4,   int8.dots,          int8.accumulate,
                      int8.weights,   int8.order};
 }
@@ -802,13 +847,13 @@ namespace turbokv::attn {
 
 const KernelTable* avx2_kernel_table() {
   if (!cpu_has_avx2_fma_f16c()) return nullptr;
-  static const KernelTable table = make_table("avx2", int8_kernels_avx2());
+  static const KernelTable table = make_table("avx2", int8_kernels_avx2(), false);
   return &table;
 }
 
 const KernelTable* vnni_kernel_table() {
   if (!cpu_has_avx2_fma_f16c() || !cpu_has_avx512_vnni_vbmi_bw()) return nullptr;
-  static const KernelTable table = make_table("avx2+vnni", int8_kernels_vnni());
+  static const KernelTable table = make_table("avx2+vnni", int8_kernels_vnni(), true);
   return &table;
 }
 

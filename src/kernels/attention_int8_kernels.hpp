@@ -1,6 +1,7 @@
-// The SIMD integer attention kernels and their orders of coordinates, shared by the kernel
-// tables (attention_avx2.cpp) and their translation units (attention_int8_avx2.cpp,
-// attention_int8_vnni.cpp).
+// The kernels the SIMD tables (attention_avx2.cpp) take from other translation units: the
+// integer kernels and their orders of coordinates (attention_int8_avx2.cpp,
+// attention_int8_vnni.cpp, attention_int8_orders.cpp) and the VBMI decode of 8-bit codes
+// (attention_codes8_vbmi.cpp).
 #pragma once
 
 #include <cstdint>
@@ -25,5 +26,10 @@ const Int8Kernels& int8_kernels_vnni();
 // decodes 3-bit chunks in coordinate order (vpmultishiftqb), the AVX2 build in its own.
 void int8_avx2_order(int bits, int dims, bool values, uint16_t* order);
 void int8_vnni_order(int bits, int dims, bool values, uint16_t* order);
+
+// out[t * dims + j] = table[code j of record t] (8-bit codes at `offset` in each record of
+// code_size bytes), t < n; table has 256 entries. Needs AVX512-VBMI/BW (the VNNI table's CPUs).
+void decode_codes8_vbmi(const float* table, const uint8_t* records, size_t code_size, size_t offset,
+                        size_t n, int dims, float* out);
 
 }  // namespace turbokv::attn
