@@ -66,13 +66,14 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
   if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
   const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
   std::mt19937 rng(21);
-  std::uniform_int_distribution<int> byte(-127, 127), weight(0, 127);
+  std::uniform_int_distribution<int> byte(-127, 127), scale_draw(1, 128);
   for (int bits = 2; bits <= 4; ++bits) {
     for (int dims : {32, 64, 96, 128, 256}) {
       for (size_t offset : {size_t{0}, size_t{3}}) {
         for (bool extreme : {false, true}) {
-          // Extreme: every centroid, query byte and weight at +-127, so every pair of products
-          // is as large as it gets (2 * 127 * 127 in a maddubs lane).
+          // Extreme: every centroid, query byte and weight at its limit (+-127; weights at the
+          // table's int8_weight_levels), so every pair of products is as large as it gets
+          // (2 * 127 * 127 in an AVX2 maddubs lane).
           int8_t table8[16];
           for (int i = 0; i < 16; ++i) table8[i] = static_cast<int8_t>(extreme ? (i % 2 ? 127 : -127) : byte(rng));
           CodeGroup g;
@@ -88,20 +89,25 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
               const size_t qs = dims + 5;  // an odd row stride in bytes
               std::vector<int8_t> q(rows * qs);
               for (auto& x : q) x = static_cast<int8_t>(extreme ? ((rng() & 1) ? 127 : -127) : byte(rng));
-              std::vector<uint8_t> w8(rows * kBlockTokens, 0);
-              for (int r = 0; r < rows; ++r) {
-                for (size_t t = 0; t < n; ++t) w8[r * kBlockTokens + t] = static_cast<uint8_t>(extreme ? 127 : weight(rng));
-              }
               std::vector<float> row_scale(rows);
-              for (auto& s : row_scale) s = std::ldexp(static_cast<float>(weight(rng) + 1), -9);
+              for (auto& s : row_scale) s = std::ldexp(static_cast<float>(scale_draw(rng)), -9);
               const size_t as = dims + 3;
               for (bool add : {false, true}) {
-                std::vector<float> want(rows * kBlockTokens, 0.25f), acc_want(rows * as, 0.5f);
+                std::vector<float> want(rows * kBlockTokens, 0.25f);
                 scalar.int8_dots(q.data(), qs, rows, row_scale.data(), records.data(), code_size, n, g,
                                  want.data(), kBlockTokens, add);
-                scalar.int8_accumulate(w8.data(), kBlockTokens, rows, row_scale.data(), records.data(),
-                                       code_size, n, g, acc_want.data(), as);
                 for (const KernelTable* k : tables) {
+                  // Weights up to this table's levels, the scalar kernel on the same integers.
+                  std::uniform_int_distribution<int> weight(0, k->int8_weight_levels);
+                  std::vector<uint8_t> w8(rows * kBlockTokens, 0);
+                  for (int r = 0; r < rows; ++r) {
+                    for (size_t t = 0; t < n; ++t) {
+                      w8[r * kBlockTokens + t] = static_cast<uint8_t>(extreme ? k->int8_weight_levels : weight(rng));
+                    }
+                  }
+                  std::vector<float> acc_want(rows * as, 0.5f);
+                  scalar.int8_accumulate(w8.data(), kBlockTokens, rows, row_scale.data(), records.data(),
+                                         code_size, n, g, acc_want.data(), as);
                   const auto key_order = order_of(*k, bits, dims, false), value_order = order_of(*k, bits, dims, true);
                   std::vector<int8_t> qk(q.size());
                   for (int r = 0; r < rows; ++r) {
@@ -138,6 +144,87 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
   }
 }
 
+// 8-bit codes in 16-bit integers (tables that have the kernels: the VNNI one).
+TEST(AttentionInt8Kernels, Int16DotsAndAccumulateMatchScalarBitForBit) {
+  std::vector<const KernelTable*> tables;
+  for (const KernelTable* k : simd_tables()) {
+    if (k->int16_dots != nullptr) tables.push_back(k);
+  }
+  if (tables.empty()) GTEST_SKIP() << "no table with int16 kernels on this CPU";
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(22);
+  const int m = turbokv::attn::kInt16Max;
+  std::uniform_int_distribution<int> value(-m, m), weight(0, m);
+  for (int dims : {64, 128, 192, 256}) {
+    for (size_t offset : {size_t{0}, size_t{5}}) {
+      for (bool extreme : {false, true}) {
+        std::vector<int16_t> table16(256);
+        for (int i = 0; i < 256; ++i) table16[i] = static_cast<int16_t>(extreme ? (i % 2 ? m : -m) : value(rng));
+        CodeGroup g;
+        g.bits = 8;
+        g.dims = dims;
+        g.offset = offset;
+        g.table16 = table16.data();
+        const size_t code_size = offset + dims;  // tight
+        for (size_t n : {size_t{1}, size_t{2}, size_t{5}, size_t{8}, size_t{17}, size_t{kBlockTokens}}) {
+          std::vector<uint8_t> records(n * code_size);
+          for (auto& b : records) b = static_cast<uint8_t>(rng());
+          for (int rows = 1; rows <= 8; ++rows) {
+            const size_t qs = dims + 3;  // elements
+            std::vector<int16_t> q(rows * qs);
+            for (auto& x : q) x = static_cast<int16_t>(extreme ? ((rng() & 1) ? m : -m) : value(rng));
+            std::vector<uint16_t> w16(rows * kBlockTokens, 0);
+            for (int r = 0; r < rows; ++r) {
+              for (size_t t = 0; t < n; ++t) w16[r * kBlockTokens + t] = static_cast<uint16_t>(extreme ? m : weight(rng));
+            }
+            std::vector<float> row_scale(rows);
+            for (auto& s : row_scale) s = std::ldexp(static_cast<float>(weight(rng) + 1), -20);
+            const size_t as = dims + 3;
+            for (bool add : {false, true}) {
+              std::vector<float> want(rows * kBlockTokens, 0.25f), acc_want(rows * as, 0.5f);
+              scalar.int16_dots(q.data(), qs, rows, row_scale.data(), records.data(), code_size, n, g, want.data(),
+                                kBlockTokens, add);
+              scalar.int16_accumulate(w16.data(), kBlockTokens, rows, row_scale.data(), records.data(), code_size,
+                                      n, g, acc_want.data(), as);
+              for (const KernelTable* k : tables) {
+                std::vector<uint16_t> key_order(dims), value_order(dims);
+                k->int16_order(dims, false, key_order.data());
+                k->int16_order(dims, true, value_order.data());
+                std::vector<bool> seen(dims, false);
+                for (uint16_t o : key_order) {
+                  ASSERT_LT(o, dims);
+                  ASSERT_FALSE(seen[o]);
+                  seen[o] = true;
+                }
+                std::vector<int16_t> qk(q.size());
+                for (int r = 0; r < rows; ++r) {
+                  for (int j = 0; j < dims; ++j) qk[r * qs + j] = q[r * qs + key_order[j]];
+                }
+                std::vector<float> got(rows * kBlockTokens, 0.25f), acc_k(rows * as, 0.5f);
+                k->int16_dots(qk.data(), qs, rows, row_scale.data(), records.data(), code_size, n, g, got.data(),
+                              kBlockTokens, add);
+                k->int16_accumulate(w16.data(), kBlockTokens, rows, row_scale.data(), records.data(), code_size, n,
+                                    g, acc_k.data(), as);
+                const std::string what = std::string(k->name) + " dims " + std::to_string(dims) + " rows " +
+                                         std::to_string(rows) + " n " + std::to_string(n) + (extreme ? " extreme" : "") +
+                                         (add ? " add" : "");
+                for (int r = 0; r < rows; ++r) {
+                  for (size_t t = 0; t < kBlockTokens; ++t) {
+                    ASSERT_TRUE(same_bits(got[r * kBlockTokens + t], want[r * kBlockTokens + t])) << what << " t " << t;
+                  }
+                  for (int j = 0; j < dims; ++j) {
+                    ASSERT_TRUE(same_bits(acc_k[r * as + j], acc_want[r * as + value_order[j]])) << what << " pos " << j;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
   const auto tables = simd_tables();
   if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
@@ -155,7 +242,7 @@ TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
       if (rows >= 4) p[3 * kBlockTokens + n - 1] = inf;
       std::vector<uint8_t> want(rows * kBlockTokens, 0xee);
       std::vector<float> want_scale(rows);
-      scalar.int8_weights(p.data(), kBlockTokens, rows, norm.data(), n, want.data(), want_scale.data());
+      scalar.int8_weights(p.data(), kBlockTokens, rows, norm.data(), n, 127, want.data(), want_scale.data());
       // The contract, on the scalar kernel: 7 bits, the max maps to 127, zeros to a multiple of 4.
       for (int r = 0; r < rows; ++r) {
         const size_t padded = (n + 3) / 4 * 4;
@@ -173,10 +260,29 @@ TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
           if (wmax > 0) EXPECT_NEAR(want[r * kBlockTokens + t] * want_scale[r], w, 0.5001f * want_scale[r]);
         }
       }
+      std::vector<uint16_t> want16(rows * kBlockTokens, 0xeeee);
+      std::vector<float> want_scale16(rows);
+      scalar.int16_weights(p.data(), kBlockTokens, rows, norm.data(), n, want16.data(), want_scale16.data());
+      for (int r = 0; r < rows; ++r) {
+        for (size_t t = 0; t < n; ++t) EXPECT_LE(want16[r * kBlockTokens + t], turbokv::attn::kInt16Max);
+        if (n % 2) EXPECT_EQ(want16[r * kBlockTokens + n], 0);
+      }
       for (const KernelTable* k : tables) {
+        if (k->int16_weights != nullptr) {
+          std::vector<uint16_t> got16(rows * kBlockTokens, 0xeeee);
+          std::vector<float> scale16(rows);
+          k->int16_weights(p.data(), kBlockTokens, rows, norm.data(), n, got16.data(), scale16.data());
+          for (int r = 0; r < rows; ++r) {
+            EXPECT_TRUE(same_bits(scale16[r], want_scale16[r]) || (std::isnan(scale16[r]) && std::isnan(want_scale16[r])));
+            for (size_t t = 0; t < (n + 1) / 2 * 2; ++t) ASSERT_EQ(got16[r * kBlockTokens + t], want16[r * kBlockTokens + t]);
+          }
+        }
+        // Each table at its own levels against the scalar kernel at the same levels.
+        const int levels = k->int8_weight_levels;
         std::vector<uint8_t> got(rows * kBlockTokens, 0xee);
         std::vector<float> scale(rows);
-        k->int8_weights(p.data(), kBlockTokens, rows, norm.data(), n, got.data(), scale.data());
+        k->int8_weights(p.data(), kBlockTokens, rows, norm.data(), n, levels, got.data(), scale.data());
+        scalar.int8_weights(p.data(), kBlockTokens, rows, norm.data(), n, levels, want.data(), want_scale.data());
         for (int r = 0; r < rows; ++r) {
           EXPECT_TRUE(same_bits(scale[r], want_scale[r]) || (std::isnan(scale[r]) && std::isnan(want_scale[r])))
               << k->name << " rows " << rows << " n " << n << " row " << r;
@@ -225,8 +331,8 @@ struct Shape {
   int n_queries = 1;
 };
 
-// int8 output vs the exact fused output, for every kernel table; the SIMD tables (which share
-// their float kernels) give the same bits.
+// int8 output vs the exact fused output, for every kernel table; the SIMD tables with the same
+// weight levels (they share their float kernels) give the same bits.
 void check_close_to_exact(const Shape& s, double tolerance, std::mt19937& rng) {
   TurboQuantCacheOptions o;
   o.key_bits = s.key_bits;
@@ -251,7 +357,9 @@ void check_close_to_exact(const Shape& s, double tolerance, std::mt19937& rng) {
                            std::to_string(s.key_bits) + "/" + std::to_string(s.value_bits) + " queries " +
                            std::to_string(s.n_queries);
   bool have_first = false;
+  const bool needs_int16 = s.key_bits == 8 || s.value_bits == 8;
   for (const KernelTable* table : all_tables()) {
+    if (needs_int16 && table->int16_dots == nullptr) continue;  // 8-bit codes attend exactly there
     const bool simd = table != &turbokv::attn::scalar_kernel_table();
     TableGuard guard(table);
     turbokv::attend(q, s.q_heads, s.n_queries, cache, got, int8_options);
@@ -260,7 +368,7 @@ void check_close_to_exact(const Shape& s, double tolerance, std::mt19937& rng) {
     // What the roundings add to the codes' own error (vs float attention over the originals).
     EXPECT_LT(rel_l2(got, truth), 1.05 * exact_error) << table->name << " " << what << " exact path's error " << exact_error;
     EXPECT_GT(err, 0.0) << table->name << " " << what << ": the int8 path did not run";
-    if (!simd) continue;
+    if (!simd || table->int8_weight_levels != turbokv::attn::avx2_kernel_table()->int8_weight_levels) continue;
     if (!have_first) {
       first = got;
       have_first = true;
@@ -286,6 +394,11 @@ TEST(AttentionInt8, CloseToExactOnEveryShape) {
   check_close_to_exact({64, 24, 3, 200, 3.0, 3.0, 1, 16, true}, tol, rng);  // sinks, window, centered
   check_close_to_exact({256, 16, 2, 90, 4.0, 2.0}, tol, rng);
   check_close_to_exact({64, 8, 2, 150, 4.0, 4.0, 0, 0, false, 7}, tol, rng);  // prefill: causal rows
+  if (turbokv::attn::active_kernel_table().int16_dots != nullptr) {  // 8-bit codes in int16
+    check_close_to_exact({128, 32, 8, 300, 8.0, 8.0}, tol, rng);
+    check_close_to_exact({64, 8, 2, 77, 8.0, 4.0}, tol, rng);
+    check_close_to_exact({256, 8, 2, 70, 3.0, 8.0, 1, 8, true}, tol, rng);
+  }
 }
 
 TEST(AttentionInt8, FallsBackToExactWhereItDoesNotApply) {
@@ -298,7 +411,8 @@ TEST(AttentionInt8, FallsBackToExactWhereItDoesNotApply) {
   const Fallback cases[] = {
       {80, 4, 4, turbokv::TurboQuantCodecKind::mse},   // groups of 80: not whole chunks of 32
       {64, 5, 4, turbokv::TurboQuantCodecKind::mse},   // 5-bit keys
-      {64, 4, 8, turbokv::TurboQuantCodecKind::mse},   // 8-bit values
+      {64, 4, 7, turbokv::TurboQuantCodecKind::mse},   // 7-bit values
+      {320, 4, 8, turbokv::TurboQuantCodecKind::mse},  // 8-bit values beyond 256 coordinates
       {64, 1, 4, turbokv::TurboQuantCodecKind::mse},   // 1-bit keys
       {64, 4, 4, turbokv::TurboQuantCodecKind::prod},  // QJL keys
   };

@@ -20,7 +20,8 @@ namespace turbokv {
 // per codebook, and the softmax weights (times the value norms) to 7 bits per row and block of
 // 64 tokens, so the codes are multiplied with byte arithmetic (vpdpbusd where the CPU has
 // AVX512-VNNI); several times cheaper, with a measured cost in accuracy (docs/benchmarks.md).
-// It applies to mse keys and values of 2, 3 or 4 bits in groups of 32 coordinates; other
+// It applies to mse keys and values of 2, 3 or 4 bits in groups of 32 coordinates, and, on
+// CPUs with AVX512-VNNI/VBMI, 8 bits in groups of 64-256 (then in 12-bit integers); other
 // caches take the exact path. cache_default: what the cache's options ask for
 // (TurboQuantCacheOptions::int8_attention). Other cache classes ignore this.
 enum class AttentionArithmetic : uint8_t { cache_default, exact, int8 };

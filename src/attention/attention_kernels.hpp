@@ -31,8 +31,10 @@ struct CodeGroup {
   size_t offset = 0;
   const float* table = nullptr;  // 2^bits entries
   int safe_chunks = 0;
-  // The integer path's table (see int8_dots): the centroids rounded to int8, 16 entries.
+  // The integer path's table (see int8_dots): the centroids rounded to int8, 16 entries; for
+  // 8-bit groups table16, 256 entries rounded to [-kInt16Max, kInt16Max].
   const int8_t* table8 = nullptr;
+  const int16_t* table16 = nullptr;
   int chunks() const { return (dims + 7) / 8; }
   int padded_dims() const { return chunks() * 8; }
 };
@@ -81,7 +83,8 @@ struct KernelTable {
 
   // ---- integer arithmetic (AttentionArithmetic::int8) ----
   // Groups of 2, 3 or 4 bits whose dims are a multiple of kInt8Chunk; table8 holds the int8
-  // centroids (in [-127, 127]). Integer sums are exact, so every table gives the same bits.
+  // centroids (in [-127, 127]). Integer sums are exact, so every table gives the scalar table's
+  // bits for the same integers (tables differ only in int8_weight_levels).
   // scores[r * ld + t] = (add ? scores[r * ld + t] + : ) row_scale[r] * sum_j q8_r[j] * table8[code_t[j]]
   // (fma when adding), q row r at q8 + r * q_stride (bytes, values in [-127, 127]), in
   // int8_order(bits, dims, false, ..) order.
@@ -89,21 +92,49 @@ struct KernelTable {
                     const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
                     float* scores, size_t ld, bool add);
   // acc[r * acc_stride + p] = fma(row_scale[r], sum_t w8[r * ld + t] * table8[code_t[dim(p)]], acc[..])
-  // for p < group.dims in int8_order(bits, dims, true, ..) order; w8 values in [0, 127], and zero from t = n up to
-  // the next multiple of 4 (the kernels read weights four tokens at a time).
+  // for p < group.dims in int8_order(bits, dims, true, ..) order; w8 values in
+  // [0, int8_weight_levels], and zero from t = n up to the next multiple of 4 (the kernels read
+  // weights four tokens at a time).
   void (*int8_accumulate)(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
                           const uint8_t* records, size_t code_size, size_t n,
                           const CodeGroup& group, float* acc, size_t acc_stride);
-  // w8[r * ld + t] = trunc(fma(w, 127 / max, 0.5)) with w = p[r * ld + t] * norm[t] for t < n
-  // and max the largest w of the row (all zero if it is 0), zeros from n to the next multiple
-  // of 4; scale[r] = max / 127, NaN if a weight is not finite (the row's output must not look
-  // valid). p >= 0 (softmax weights), norm >= 0.
-  void (*int8_weights)(const float* p, size_t ld, int rows, const float* norm, size_t n,
+  // w8[r * ld + t] = trunc(fma(w, levels / max, 0.5)) with w = p[r * ld + t] * norm[t] for
+  // t < n and max the largest w of the row (all zero if it is 0), zeros from n to the next
+  // multiple of 4; scale[r] = max / levels, NaN if a weight is not finite (the row's output must
+  // not look valid). p >= 0 (softmax weights), norm >= 0; levels <= 255 (the scalar kernel takes
+  // any; a SIMD table is called with its own int8_weight_levels).
+  void (*int8_weights)(const float* p, size_t ld, int rows, const float* norm, size_t n, int levels,
                        uint8_t* w8, float* scale);
   // order[p] = the coordinate at position p < dims of the kernels' query rows (values = false)
   // or accumulators (values = true) for a group of this width; nullptr: coordinate order.
   void (*int8_order)(int bits, int dims, bool values, uint16_t* order);
+
+  // The same for 8-bit codes in 16-bit integers (int16_group_supported shapes; table16 holds
+  // the centroids rounded to [-kInt16Max, kInt16Max]): q16 values in [-kInt16Max, kInt16Max]
+  // (q_stride in elements), w16 in [0, kInt16Max] zero from n to the next even count, and
+  // int16_weights rounds to kInt16Max levels as int8_weights to 127. nullptr where the table
+  // has no such kernels (8-bit caches then attend exactly).
+  void (*int16_dots)(const int16_t* q16, size_t q_stride, int rows, const float* row_scale,
+                     const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                     float* scores, size_t ld, bool add);
+  void (*int16_accumulate)(const uint16_t* w16, size_t ld, int rows, const float* row_scale,
+                           const uint8_t* records, size_t code_size, size_t n,
+                           const CodeGroup& group, float* acc, size_t acc_stride);
+  void (*int16_weights)(const float* p, size_t ld, int rows, const float* norm, size_t n,
+                        uint16_t* w16, float* scale);
+  void (*int16_order)(int dims, bool values, uint16_t* order);
+  // The weights' levels int8_accumulate takes: at most 127 for AVX2, whose maddubs adds two
+  // products in 16 bits (2 * 255 * 127 would saturate); vpdpbusd would take 255. Every table
+  // uses 127 now (attention_int8_simd.hpp says why); the field keeps the kernels honest about it.
+  int int8_weight_levels;
 };
+
+// 12-bit integers: sums of 256 products of two of them stay within int32, and their rounding
+// is ~1% of 8-bit codes' own error (8-bit codes need more than int8's 7 bits).
+inline constexpr int kInt16Max = 2047;
+inline bool int16_group_supported(int bits, int dims) {
+  return bits == 8 && dims % 64 == 0 && dims > 0 && dims <= 256;
+}
 
 inline constexpr int kInt8Chunk = 32;
 // Whether the integer kernels take a group of this shape.

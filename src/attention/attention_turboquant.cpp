@@ -15,11 +15,11 @@
 // each part zero padded to a multiple of 8. Accumulator row: [value group0 | value group1 |
 // original-basis values].
 //
-// Integer arithmetic (AttentionArithmetic::int8, attention_kernels.hpp's int8_* kernels): each
-// key group's part of the row holds the rotated query as int8 bytes (dims / 4 floats' room)
-// plus one float, its scale (the row's max / 127 times the codebook's int8 scale); the
-// compressed tokens' softmax weights times their value norms become 7-bit integers per row and
-// block. Sinks and window stay float.
+// Integer arithmetic (AttentionArithmetic::int8, attention_kernels.hpp's int8_* kernels; int16_*
+// for 8-bit groups): each key group's part of the row holds the rotated query as int8 (int16)
+// values (dims / 4 or dims / 2 floats' room) plus one float, its scale (the row's max / levels
+// times the codebook's integer scale); the compressed tokens' softmax weights times their value
+// norms become 7-bit (12-bit) integers per row and block. Sinks and window stay float.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,24 +59,32 @@ int describe_groups(const CodeLayout& layout, const LloydMaxCodebook& hi,
   return n;
 }
 
-// The codebook rounded to int8 (the largest |centroid| becomes 127); returns the scale back.
-float int8_table(const LloydMaxCodebook& book, int8_t* table) {
+// The codebook rounded to integers (the largest |centroid| becomes `levels`); returns the scale
+// back. The int8 table holds 16 entries, the int16 one 256.
+template <typename T>
+float integer_table(const LloydMaxCodebook& book, T* table, size_t size, int levels) {
   const std::span<const float> c = book.centroids();
   float cmax = 0.0f;
   for (float v : c) cmax = std::max(cmax, std::fabs(v));
-  std::fill(table, table + 16, int8_t{0});
-  for (size_t i = 0; i < c.size() && i < 16; ++i) {
-    table[i] = static_cast<int8_t>(cmax > 0.0f ? std::lrint(c[i] * (127.0f / cmax)) : 0);
-  }
-  return cmax / 127.0f;
+  std::fill(table, table + size, T{0});
+  const float mul = cmax > 0.0f ? static_cast<float>(levels) / cmax : 0.0f;
+  for (size_t i = 0; i < c.size() && i < size; ++i) table[i] = static_cast<T>(std::lrint(c[i] * mul));
+  return cmax / static_cast<float>(levels);
 }
 
-// Whether the integer kernels take this cache: mse keys, every group 2-4 bits in whole chunks.
+// 8-bit groups take the int16 kernels, 2-4-bit ones the int8 kernels.
+bool wide_group(int bits) { return bits == 8; }
+
+// Whether the integer kernels take this cache: mse keys, every group of a supported shape.
 bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& kernels) {
   if (kernels.int8_dots == nullptr || cache.key_prod() != nullptr) return false;
+  const auto supported = [&](int bits, int dims) {
+    return wide_group(bits) ? kernels.int16_dots != nullptr && int16_group_supported(bits, dims)
+                            : int8_group_supported(bits, dims);
+  };
   for (const CodeLayout* layout : {&cache.key_mse()->layout(), &cache.value_codec().layout()}) {
-    if (!int8_group_supported(layout->bits_hi, layout->dims_hi)) return false;
-    if (layout->dims_lo > 0 && !int8_group_supported(layout->bits_lo, layout->dims_lo)) return false;
+    if (!supported(layout->bits_hi, layout->dims_hi)) return false;
+    if (layout->dims_lo > 0 && !supported(layout->bits_lo, layout->dims_lo)) return false;
   }
   return true;
 }
@@ -97,13 +105,13 @@ class TurboQuantSource : public BlockSource {
     for (int g = 0; g < n_key_groups_; ++g) {
       q_offset_[g] = q;
       if (int8_) {
-        // dims int8 bytes, then the scale.
-        q_scale_[g] = q + key_groups_[g].dims / 4;
-        q += key_groups_[g].dims / 4 + 1;
-        const TurboQuantMse* mse = cache.key_mse();
-        key_int8_scale_[g] = int8_table(mse->codebook(g), key_table8_[g]);
-        key_groups_[g].table8 = key_table8_[g];
-        key_int8_order_[g] = int8_order(kernels, key_groups_[g], false);
+        // dims int8 (or int16) values, then the scale.
+        CodeGroup& group = key_groups_[g];
+        const size_t room = wide_group(group.bits) ? group.dims / 2 : group.dims / 4;
+        q_scale_[g] = q + room;
+        q += room + 1;
+        set_integer_table(cache.key_mse()->codebook(g), group, key_table8_[g], key_table16_[g], key_int8_scale_[g]);
+        key_int8_order_[g] = int8_order(kernels, group, false);
       } else {
         q += key_groups_[g].padded_dims();
       }
@@ -127,9 +135,10 @@ class TurboQuantSource : public BlockSource {
       acc_offset_[g] = a;
       a += value_groups_[g].padded_dims();
       if (int8_) {
-        value_int8_scale_[g] = int8_table(values.codebook(g), value_table8_[g]);
-        value_groups_[g].table8 = value_table8_[g];
+        set_integer_table(values.codebook(g), value_groups_[g], value_table8_[g], value_table16_[g],
+                          value_int8_scale_[g]);
         value_int8_order_[g] = int8_order(kernels, value_groups_[g], true);
+        (wide_group(value_groups_[g].bits) ? value_wide_ : value_narrow_) = true;
       }
     }
     acc_orig_ = a;
@@ -347,7 +356,8 @@ class TurboQuantSource : public BlockSource {
     const size_t vcs = value_layout_.code_size;
     float key_norm[kBlockTokens], value_norm[kBlockTokens];
     alignas(32) uint8_t w8[kMaxRows * kBlockTokens];
-    float key_scale[2][kMaxRows], value_scale[2][kMaxRows], weight_scale[kMaxRows];
+    alignas(32) uint16_t w16[kMaxRows * kBlockTokens];
+    float key_scale[2][kMaxRows], value_scale[2][kMaxRows], weight_scale[kMaxRows], weight_scale16[kMaxRows];
     const float* key_center = cache_.key_center(head);
     const float* value_center = cache_.value_center(head);
     float q_dot_center[kMaxRows] = {};
@@ -377,8 +387,13 @@ class TurboQuantSource : public BlockSource {
         const auto dots = [&](float* s) {
           prefetch_bytes(vr, n * vcs);  // this block's values (their norms are read first)
           for (int g = 0; g < n_key_groups_; ++g) {
-            k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
-                        key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+            if (wide_group(key_groups_[g].bits)) {
+              k.int16_dots(reinterpret_cast<const int16_t*>(tile.q + q_offset_[g]), q_stride / 2, tile.rows,
+                           key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+            } else {
+              k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
+                          key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+            }
           }
           k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
           for (int r = 0; r < tile.rows; ++r) {
@@ -388,9 +403,15 @@ class TurboQuantSource : public BlockSource {
         };
         const auto accumulate = [&](const float* p) {
           k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
-          k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, w8, weight_scale);
+          if (value_narrow_) {
+            k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, k.int8_weight_levels, w8, weight_scale);
+          }
+          if (value_wide_) k.int16_weights(p, kBlockTokens, tile.rows, value_norm, n, w16, weight_scale16);
           for (int r = 0; r < tile.rows; ++r) {
-            for (int g = 0; g < n_value_groups_; ++g) value_scale[g][r] = weight_scale[r] * value_int8_scale_[g];
+            for (int g = 0; g < n_value_groups_; ++g) {
+              const float ws = wide_group(value_groups_[g].bits) ? weight_scale16[r] : weight_scale[r];
+              value_scale[g][r] = ws * value_int8_scale_[g];
+            }
           }
           if (value_center != nullptr) {
             for (int r = 0; r < tile.rows; ++r) {
@@ -401,8 +422,13 @@ class TurboQuantSource : public BlockSource {
             }
           }
           for (int g = 0; g < n_value_groups_; ++g) {
-            k.int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
-                              tile.acc.data() + acc_offset_[g], tile.acc_width);
+            if (wide_group(value_groups_[g].bits)) {
+              k.int16_accumulate(w16, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
+                                 tile.acc.data() + acc_offset_[g], tile.acc_width);
+            } else {
+              k.int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
+                                tile.acc.data() + acc_offset_[g], tile.acc_width);
+            }
           }
         };
         tile.step(n, n_sinks + ci, dots, accumulate);
@@ -412,32 +438,51 @@ class TurboQuantSource : public BlockSource {
     }
   }
 
-  // One group of a rotated query row -> int8 bytes in the kernels' key order at `bytes` and
-  // its scale (the row's max / 127 times the codebook's int8 scale) at *scale. A row of zeros
+  // One group of a rotated query row -> int8 (int16 for 8-bit groups) values in the kernels'
+  // key order at `room` and its scale (the row's max / levels times the codebook's integer
+  // scale) at *scale. A row of zeros
   // gets scale 0; a non-finite row gets a NaN scale, so its scores come out NaN as on the
   // exact path instead of silently finite.
   void quantize_query(const float* y, const CodeGroup& group, const std::vector<uint16_t>& order,
-                      float codebook_scale, float* bytes, float* scale) const {
+                      float codebook_scale, float* room, float* scale) const {
     float ymax = 0.0f;
     bool finite = true;
     for (int j = 0; j < group.dims; ++j) {
       finite = finite && std::isfinite(y[j]);
       ymax = std::max(ymax, std::fabs(y[j]));
     }
-    auto* q8 = reinterpret_cast<int8_t*>(bytes);
-    const float inv = finite && ymax > 0.0f ? 127.0f / ymax : 0.0f;
+    const bool wide = wide_group(group.bits);
+    const long levels = wide ? kInt16Max : 127;
+    const float inv = finite && ymax > 0.0f ? static_cast<float>(levels) / ymax : 0.0f;
     for (int j = 0; j < group.dims; ++j) {
-      q8[j] = static_cast<int8_t>(std::clamp<long>(std::lrint(y[order[j]] * inv), -127, 127));
+      const long v = std::clamp<long>(std::lrint(y[order[j]] * inv), -levels, levels);
+      if (wide) reinterpret_cast<int16_t*>(room)[j] = static_cast<int16_t>(v);
+      else reinterpret_cast<int8_t*>(room)[j] = static_cast<int8_t>(v);
     }
-    *scale = finite ? ymax / 127.0f * codebook_scale : std::numeric_limits<float>::quiet_NaN();
+    *scale = finite ? ymax / static_cast<float>(levels) * codebook_scale : std::numeric_limits<float>::quiet_NaN();
   }
 
   // The kernels' order of a group's coordinates (KernelTable::int8_order; identity if none).
   static std::vector<uint16_t> int8_order(const KernelTable& kernels, const CodeGroup& group, bool values) {
     std::vector<uint16_t> order(group.dims);
     for (int j = 0; j < group.dims; ++j) order[j] = static_cast<uint16_t>(j);
-    if (kernels.int8_order != nullptr) kernels.int8_order(group.bits, group.dims, values, order.data());
+    if (wide_group(group.bits)) {
+      if (kernels.int16_order != nullptr) kernels.int16_order(group.dims, values, order.data());
+    } else if (kernels.int8_order != nullptr) {
+      kernels.int8_order(group.bits, group.dims, values, order.data());
+    }
     return order;
+  }
+
+  static void set_integer_table(const LloydMaxCodebook& book, CodeGroup& group, int8_t* table8, int16_t* table16,
+                                float& scale) {
+    if (wide_group(group.bits)) {
+      scale = integer_table(book, table16, 256, kInt16Max);
+      group.table16 = table16;
+    } else {
+      scale = integer_table(book, table8, 16, 127);
+      group.table8 = table8;
+    }
   }
 
   // Where a kernel table keeps 4-bit groups in its own chunk order (see KernelTable).
@@ -451,6 +496,8 @@ class TurboQuantSource : public BlockSource {
   bool int8_;
   std::vector<uint16_t> key_int8_order_[2], value_int8_order_[2];
   int8_t key_table8_[2][16] = {}, value_table8_[2][16] = {};
+  int16_t key_table16_[2][256] = {}, value_table16_[2][256] = {};
+  bool value_narrow_ = false, value_wide_ = false;  // value groups of each integer width
   float key_int8_scale_[2] = {}, value_int8_scale_[2] = {};
   size_t q_scale_[2] = {};
   CodeLayout key_layout_, value_layout_;

@@ -831,7 +831,9 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
                      accumulate_f16, accumulate_f32,     vbmi ? group_dots8 : group_dots,
                      vbmi ? group_accumulate8 : group_accumulate, softmax_update, load_norms,
                      kChunkOrder4,   int8.dots,          int8.accumulate,
-                     int8.weights,   int8.order};
+                     int8.weights,   int8.order,         int8.dots16,
+                     int8.accumulate16, int8.weights16,  int8.order16,
+                     int8.weight_levels};
 }
 
 }  // namespace

@@ -27,7 +27,9 @@ namespace {
 }  // namespace
 
 const Int8Kernels& int8_kernels_avx2() {
-  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights, int8_avx2_order};
+  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights, int8_avx2_order,
+                                          nullptr,   nullptr,         nullptr,      nullptr,
+                                          kInt8WeightLevels};
   return kernels;
 }
 

@@ -15,6 +15,12 @@ struct Int8Kernels {
   decltype(KernelTable::int8_accumulate) accumulate;
   decltype(KernelTable::int8_weights) weights;
   decltype(KernelTable::int8_order) order;
+  // 8-bit codes in int16 (the VNNI build only; nullptr in the AVX2 one).
+  decltype(KernelTable::int16_dots) dots16;
+  decltype(KernelTable::int16_accumulate) accumulate16;
+  decltype(KernelTable::int16_weights) weights16;
+  decltype(KernelTable::int16_order) order16;
+  int weight_levels;
 };
 
 // Only on x86-64 GCC/Clang builds; callers check the CPU first.
@@ -26,6 +32,8 @@ const Int8Kernels& int8_kernels_vnni();
 // decodes 3-bit chunks in coordinate order (vpmultishiftqb), the AVX2 build in its own.
 void int8_avx2_order(int bits, int dims, bool values, uint16_t* order);
 void int8_vnni_order(int bits, int dims, bool values, uint16_t* order);
+// KernelTable::int16_order of the VNNI table (8-bit codes in chunks of 64).
+void int16_vnni_order(int dims, bool values, uint16_t* order);
 
 // out[t * dims + j] = table[code j of record t] (8-bit codes at `offset` in each record of
 // code_size bytes), t < n; table has 256 entries. Needs AVX512-VBMI/BW (the VNNI table's CPUs).

@@ -54,4 +54,23 @@ void int8_vnni_order(int bits, int dims, bool values, uint16_t* order) {
   simd_order(bits, dims, values, true, order);
 }
 
+// 8-bit codes in chunks of 64 (attention_int8_simd.hpp, decode64_16): keys as the two int16
+// vectors a (per 128-bit lane L: codes 16L + 0..7) and b (16L + 8..15); values as four vectors
+// whose 32-bit lane l of vector k holds code 16 (l / 4) + 4k + l % 4.
+void int16_vnni_order(int dims, bool values, uint16_t* order) {
+  for (int first = 0; first + 64 <= dims; first += 64) {
+    for (int p = 0; p < 64; ++p) {
+      int code;
+      if (values) {
+        const int k = p / 16, l = p % 16;
+        code = 16 * (l / 4) + 4 * k + l % 4;
+      } else {
+        const int e = p % 32;
+        code = 16 * (e / 8) + e % 8 + (p >= 32 ? 8 : 0);
+      }
+      order[first + p] = static_cast<uint16_t>(first + code);
+    }
+  }
+}
+
 }  // namespace turbokv::attn

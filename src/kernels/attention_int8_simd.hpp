@@ -276,8 +276,8 @@ TKV_INLINE __m256i chunk_codes_of(const uint8_t* p, int c, bool paired) {
 }
 
 // R rows, one chunk of 32 coordinates at a time: the chunk's int32 sums stay in registers over
-// the tokens (R x 4 vectors), four tokens per step. Weights are <= 127, so the AVX2 maddubs
-// pairs stay within 2 * 127 * 127.
+// the tokens (R x 4 vectors), four tokens per step. AVX2: weights are <= 127, so the maddubs
+// pairs stay within 2 * 127 * 127; VNNI's vpdpbusd takes weights up to 255.
 template <int B, int R>
 void int8_accumulate_tile(const uint8_t* w8, size_t ld, const float* row_scale, const uint8_t* records,
                           size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
@@ -347,11 +347,16 @@ void int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_sc
 
 // ---- weights --------------------------------------------------------------------------------
 
-// As the scalar kernel: the same multiply, max and fused rounding step, so the same bytes.
-void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint8_t* w8, float* scale) {
+// As the scalar kernels: the same multiply, max and fused rounding step, so the same integers.
+// `levels` steps (the table's int8_weight_levels, or kInt16Max for int16_weights), zeros to a
+// multiple of kPad.
+template <typename T, size_t kPad>
+void integer_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, int levels_in, T* w_out,
+                     float* scale) {
+  const float levels = static_cast<float>(levels_in);
   for (int r = 0; r < rows; ++r) {
     const float* pr = p + r * ld;
-    uint8_t* out = w8 + r * ld;
+    T* out = w_out + r * ld;
     alignas(32) float w[kBlockTokens + 8];
     __m256 vmax = _mm256_setzero_ps();
     __m256 check = _mm256_setzero_ps();  // w * 0: NaN where w is not finite
@@ -376,23 +381,182 @@ void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t
       finite = finite && std::isfinite(w[t]);
       wmax = std::max(wmax, w[t]);
     }
+    const size_t padded = (n + kPad - 1) / kPad * kPad;
     if (!finite) {  // NaN or infinite weights: no integers, a NaN scale
-      std::memset(out, 0, (n + 3) / 4 * 4);
+      std::memset(out, 0, padded * sizeof(T));
       scale[r] = std::numeric_limits<float>::quiet_NaN();
       continue;
     }
-    const float inv = wmax > 0.0f ? 127.0f / wmax : 0.0f;
+    const float inv = wmax > 0.0f ? levels / wmax : 0.0f;
     const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
     t = 0;
     for (; t + 8 <= n; t += 8) {
       const __m256i q = _mm256_cvttps_epi32(_mm256_fmadd_ps(_mm256_load_ps(w + t), vinv, half));
       const __m128i q16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + t), _mm_packus_epi16(q16, q16));
+      if constexpr (sizeof(T) == 1) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + t), _mm_packus_epi16(q16, q16));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + t), q16);
+      }
     }
-    for (; t < n; ++t) out[t] = static_cast<uint8_t>(std::trunc(std::fma(w[t], inv, 0.5f)));
-    for (; t < (n + 3) / 4 * 4; ++t) out[t] = 0;
-    scale[r] = wmax / 127.0f;
+    for (; t < n; ++t) out[t] = static_cast<T>(std::trunc(std::fma(w[t], inv, 0.5f)));
+    for (; t < padded; ++t) out[t] = 0;
+    scale[r] = wmax / levels;
   }
 }
+
+void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, int levels, uint8_t* w8,
+                  float* scale) {
+  integer_weights<uint8_t, 4>(p, ld, rows, norm, n, levels, w8, scale);
+}
+
+// The weights' levels (KernelTable::int8_weight_levels). vpdpbusd could take 255, but on
+// kjv-llama-3M 255 levels measured no better than 127 (tq4-plain KL +3.2% vs +1.8% over the
+// exact path's, tq4 +1.3% vs +1.0%: the roundings' effect on KL is noise-sized), and 127 keeps
+// the VNNI table's results bit-identical to the AVX2 and scalar tables'.
+constexpr int kInt8WeightLevels = 127;
+
+#if TURBOKV_INT8_VNNI
+// ---- 8-bit codes in 16-bit integers (VNNI build: AVX512-VBMI byte permutes, vpdpwssd) ---------
+//
+// The 256 int16 centroids as two byte planes of four zmm registers (entries 64q .. 64q + 63);
+// vpermi2b looks 64 codes up in 128 entries, two and a blend on the code's top bit give one
+// plane, and byte unpacks rebuild the int16 values: per 128-bit lane L, `a` holds codes
+// 16L + 0..7 and `b` codes 16L + 8..15 (attention_int8_orders.cpp).
+struct Planes16 {
+  __m512i lo[4], hi[4];
+  explicit Planes16(const int16_t* table) {
+    alignas(64) uint8_t bytes[2][256];
+    for (int i = 0; i < 256; ++i) {
+      const auto u = static_cast<uint16_t>(table[i]);
+      bytes[0][i] = static_cast<uint8_t>(u & 0xff);
+      bytes[1][i] = static_cast<uint8_t>(u >> 8);
+    }
+    for (int q = 0; q < 4; ++q) {
+      lo[q] = _mm512_load_si512(bytes[0] + 64 * q);
+      hi[q] = _mm512_load_si512(bytes[1] + 64 * q);
+    }
+  }
+};
+
+TKV_INLINE void decode64_16(const Planes16& t, const uint8_t* p, __m512i& a, __m512i& b) {
+  const __m512i idx = _mm512_loadu_si512(p);
+  const __mmask64 high = _mm512_movepi8_mask(idx);
+  const __m512i lo = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t.lo[0], idx, t.lo[1]),
+                                            _mm512_permutex2var_epi8(t.lo[2], idx, t.lo[3]));
+  const __m512i hi = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t.hi[0], idx, t.hi[1]),
+                                            _mm512_permutex2var_epi8(t.hi[2], idx, t.hi[3]));
+  a = _mm512_unpacklo_epi8(lo, hi);
+  b = _mm512_unpackhi_epi8(lo, hi);
+}
+
+template <int R>
+void int16_dots_tile(const int16_t* q16, size_t qs, const float* row_scale, const uint8_t* records,
+                     size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  const Planes16 planes(g.table16);
+  const int chunks = g.dims / 64;
+  alignas(32) __m256i part[R][8];
+  const uint8_t* base = records + g.offset;
+  for (size_t t = 0; t < n; ++t) {
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+    for (int c = 0; c < chunks; ++c) {
+      __m512i a, b;
+      decode64_16(planes, base + t * code_size + 64 * c, a, b);
+      for (int r = 0; r < R; ++r) {
+        const int16_t* q = q16 + r * qs + 64 * c;
+        acc[r] = _mm512_dpwssd_epi32(acc[r], a, _mm512_loadu_si512(q));
+        acc[r] = _mm512_dpwssd_epi32(acc[r], b, _mm512_loadu_si512(q + 32));
+      }
+    }
+    const size_t lane = t & 7;
+    for (int r = 0; r < R; ++r) {
+      part[r][lane] = _mm256_add_epi32(_mm512_castsi512_si256(acc[r]), _mm512_extracti64x4_epi64(acc[r], 1));
+    }
+    if (lane == 7 || t + 1 == n) {
+      const size_t t0 = t - lane;
+      const size_t m = lane + 1;
+      for (int r = 0; r < R; ++r) {
+        for (size_t i = m; i < 8; ++i) part[r][i] = _mm256_setzero_si256();
+        const __m256 f = _mm256_cvtepi32_ps(reduce8_epi32(part[r]));
+        const __m256 scale = _mm256_set1_ps(row_scale[r]);
+        float* dst = scores + r * ld + t0;
+        alignas(32) float lanes[8];
+        if (add) {
+          float old[8] = {};
+          std::memcpy(old, dst, m * sizeof(float));
+          _mm256_store_ps(lanes, _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(old)));
+        } else {
+          _mm256_store_ps(lanes, _mm256_mul_ps(f, scale));
+        }
+        std::memcpy(dst, lanes, m * sizeof(float));
+      }
+    }
+  }
+}
+
+void int16_dots(const int16_t* q16, size_t qs, int rows, const float* row_scale, const uint8_t* records,
+                size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int16_dots_tile<4>(q16 + r * qs, qs, row_scale + r, records, code_size, n, g, scores + r * ld, ld, add);
+  }
+  for (; r < rows; ++r) {
+    int16_dots_tile<1>(q16 + r * qs, qs, row_scale + r, records, code_size, n, g, scores + r * ld, ld, add);
+  }
+}
+
+// Values: two tokens per step, their int16 values interleaved so vpdpwssd's pairs are the two
+// tokens' products for one coordinate; accumulator vector k, 32-bit lane l holds coordinate
+// 16 (l / 4) + 4k + l % 4 of the 64 (attention_int8_orders.cpp).
+template <int R>
+void int16_accumulate_tile(const uint16_t* w16, size_t ld, const float* row_scale, const uint8_t* records,
+                           size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  const Planes16 planes(g.table16);
+  const int chunks = g.dims / 64;
+  const uint8_t* base = records + g.offset;
+  for (int c = 0; c < chunks; ++c) {
+    __m512i sum[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < 4; ++k) sum[r][k] = _mm512_setzero_si512();
+    }
+    for (size_t t = 0; t < n; t += 2) {
+      __m512i a0, b0, a1 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+      decode64_16(planes, base + t * code_size + 64 * c, a0, b0);
+      if (t + 1 < n) decode64_16(planes, base + (t + 1) * code_size + 64 * c, a1, b1);
+      const __m512i y[4] = {_mm512_unpacklo_epi16(a0, a1), _mm512_unpackhi_epi16(a0, a1),
+                            _mm512_unpacklo_epi16(b0, b1), _mm512_unpackhi_epi16(b0, b1)};
+      for (int r = 0; r < R; ++r) {
+        int32_t w2;
+        std::memcpy(&w2, w16 + r * ld + t, sizeof w2);
+        const __m512i w = _mm512_set1_epi32(w2);
+        for (int k = 0; k < 4; ++k) sum[r][k] = _mm512_dpwssd_epi32(sum[r][k], w, y[k]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 scale = _mm512_set1_ps(row_scale[r]);
+      float* a = acc + r * as + 64 * c;
+      for (int k = 0; k < 4; ++k) {
+        _mm512_storeu_ps(a + 16 * k, _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum[r][k]), _mm512_loadu_ps(a + 16 * k)));
+      }
+    }
+  }
+}
+
+void int16_accumulate(const uint16_t* w16, size_t ld, int rows, const float* row_scale, const uint8_t* records,
+                      size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  int r = 0;
+  for (; r + 2 <= rows; r += 2) {
+    int16_accumulate_tile<2>(w16 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
+  }
+  for (; r < rows; ++r) {
+    int16_accumulate_tile<1>(w16 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
+  }
+}
+
+void int16_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint16_t* w16, float* scale) {
+  integer_weights<uint16_t, 2>(p, ld, rows, norm, n, kInt16Max, w16, scale);
+}
+#endif
 
 #undef TKV_INLINE

@@ -161,23 +161,63 @@ void int8_dots(const int8_t* q8, size_t q_stride, int rows, const float* row_sca
   }
 }
 
-void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint8_t* w8,
-                  float* scale) {
+void int16_dots(const int16_t* q16, size_t q_stride, int rows, const float* row_scale,
+                const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                float* scores, size_t ld, bool add) {
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* codes = records + t * code_size + group.offset;
+    for (int r = 0; r < rows; ++r) {
+      const int16_t* q = q16 + r * q_stride;
+      int32_t sum = 0;
+      for (int j = 0; j < group.dims; ++j) sum += q[j] * group.table16[codes[j]];
+      float& s = scores[r * ld + t];
+      s = add ? std::fma(static_cast<float>(sum), row_scale[r], s) : static_cast<float>(sum) * row_scale[r];
+    }
+  }
+}
+
+void int16_accumulate(const uint16_t* w16, size_t ld, int rows, const float* row_scale,
+                      const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                      float* acc, size_t acc_stride) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < group.dims; ++j) {
+      int32_t sum = 0;
+      for (size_t t = 0; t < n; ++t) sum += w16[r * ld + t] * group.table16[records[t * code_size + group.offset + j]];
+      float& a = acc[r * acc_stride + j];
+      a = std::fma(row_scale[r], static_cast<float>(sum), a);
+    }
+  }
+}
+
+// int8_weights and int16_weights: `levels` steps; pad zeros to a multiple of `pad`.
+template <typename T>
+void integer_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, T* w, float* scale,
+                     float levels, size_t pad) {
   for (int r = 0; r < rows; ++r) {
     float wmax = 0.0f;
     bool finite = true;
     for (size_t t = 0; t < n; ++t) {
-      const float w = p[r * ld + t] * norm[t];
-      finite = finite && std::isfinite(w);
-      wmax = std::max(wmax, w);
+      const float x = p[r * ld + t] * norm[t];
+      finite = finite && std::isfinite(x);
+      wmax = std::max(wmax, x);
     }
-    const float inv = finite && wmax > 0.0f ? 127.0f / wmax : 0.0f;
+    const float inv = finite && wmax > 0.0f ? levels / wmax : 0.0f;
     for (size_t t = 0; t < n; ++t) {
-      w8[r * ld + t] = finite ? static_cast<uint8_t>(std::trunc(std::fma(p[r * ld + t] * norm[t], inv, 0.5f))) : 0;
+      w[r * ld + t] = finite ? static_cast<T>(std::trunc(std::fma(p[r * ld + t] * norm[t], inv, 0.5f))) : 0;
     }
-    for (size_t t = n; t < (n + 3) / 4 * 4; ++t) w8[r * ld + t] = 0;
-    scale[r] = finite ? wmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    for (size_t t = n; t < (n + pad - 1) / pad * pad; ++t) w[r * ld + t] = 0;
+    scale[r] = finite ? wmax / levels : std::numeric_limits<float>::quiet_NaN();
   }
+}
+
+void int16_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint16_t* w16,
+                   float* scale) {
+  integer_weights(p, ld, rows, norm, n, w16, scale, static_cast<float>(kInt16Max), 2);
+}
+
+void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, int levels, uint8_t* w8,
+                  float* scale) {
+  integer_weights(p, ld, rows, norm, n, w8, scale, static_cast<float>(levels), 4);
 }
 
 void int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
@@ -217,7 +257,9 @@ const KernelTable& scalar_kernel_table() {
                                  accumulate_f16,   accumulate_f32, group_dots,
                                  group_accumulate, softmax_update, load_norms,
                                  nullptr,          int8_dots,      int8_accumulate,
-                                 int8_weights,     nullptr};
+                                 int8_weights,     nullptr,        int16_dots,
+                                 int16_accumulate, int16_weights,  nullptr,
+                                 127};
   return table;
 }
 
