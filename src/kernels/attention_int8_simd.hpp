@@ -545,7 +545,12 @@ void int16_accumulate_tile(const uint16_t* w16, size_t ld, const float* row_scal
 
 void int16_accumulate(const uint16_t* w16, size_t ld, int rows, const float* row_scale, const uint8_t* records,
                       size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  // Four rows' 16 sums, the 8 plane registers and the decoded pair fill the 32 zmm registers:
+  // each pair of tokens is decoded once for four rows.
   int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int16_accumulate_tile<4>(w16 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
+  }
   for (; r + 2 <= rows; r += 2) {
     int16_accumulate_tile<2>(w16 + r * ld, ld, row_scale + r, records, code_size, n, g, acc + r * as, as);
   }
