@@ -266,92 +266,59 @@ class TurboQuantSource : public BlockSource {
       return;
     }
     const KernelTable& k = *tile.kernels;
-    const size_t n_sinks = cache_.n_sinks();
-    const size_t page_tokens = cache_.page_tokens();
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
     float key_norm[kBlockTokens], value_norm[kBlockTokens], gamma[kBlockTokens];
     const float* key_center = cache_.key_center(head);
     const float* value_center = cache_.value_center(head);
     float q_dot_center[kMaxRows] = {};
-    if (key_center != nullptr) {
-      for (int r = 0; r < tile.rows; ++r) {
-        const float* q = tile.q + r * tile.q_width + q_orig_;
-        double dot = 0.0;
-        for (int j = 0; j < dim_; ++j) dot += static_cast<double>(q[j]) * key_center[j];
-        q_dot_center[r] = static_cast<float>(dot);
-      }
-    }
-    size_t t = begin;
-    while (t < end) {
-      const size_t c = t - n_sinks;  // index within the compressed region
-      const size_t page = c / page_tokens;
-      const size_t page_first = page * page_tokens;
-      const size_t page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
-      const uint8_t* key_page = cache_.key_codes(page, head);
-      const uint8_t* value_page = cache_.value_codes(page, head);
-      size_t ci = c;
-      while (ci < page_end) {
-        const size_t n = std::min<size_t>(kBlockTokens, page_end - ci);
-        const uint8_t* kr = key_page + (ci - page_first) * kcs;
-        const uint8_t* vr = value_page + (ci - page_first) * vcs;
-        const auto dots = [&](float* s) {
-          prefetch_bytes(vr, n * vcs);  // this block's values, read after the scores
-          for (int g = 0; g < n_key_groups_; ++g) {
-            k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
-                         s, kBlockTokens, g > 0);
-          }
-          k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-          if (!qjl_) {
-            for (int r = 0; r < tile.rows; ++r) {
-              const float shift = q_dot_center[r];
-              for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
-            }
-            return;
-          }
-          float* correction = tile.weights;
-          k.group_dots(tile.q + q_qjl_, tile.q_width, tile.rows, kr, kcs, n, qjl_group_, correction,
-                       kBlockTokens, false);
-          k.load_norms(kr + key_layout_.residual_norm_offset, kcs, n, key_layout_.fp32_norm, gamma);
-          for (size_t i = 0; i < n; ++i) gamma[i] *= qjl_coef_;
+    queries_dot_center(tile, key_center, q_dot_center);
+    for_each_block(head, begin, end, [&](const uint8_t* kr, const uint8_t* vr, size_t n, size_t first) {
+      const auto dots = [&](float* s) {
+        prefetch_bytes(vr, n * vcs);  // this block's values, read after the scores
+        for (int g = 0; g < n_key_groups_; ++g) {
+          k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
+                       s, kBlockTokens, g > 0);
+        }
+        k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
+        if (!qjl_) {
           for (int r = 0; r < tile.rows; ++r) {
-            for (size_t i = 0; i < n; ++i) {
-              s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] +
-                                        gamma[i] * correction[r * kBlockTokens + i] + q_dot_center[r];
-            }
+            const float shift = q_dot_center[r];
+            for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
           }
-        };
-        const auto accumulate = [&](const float* p) {
-          k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
-          float* w = tile.weights;
-          for (int r = 0; r < tile.rows; ++r) {
-            for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
+          return;
+        }
+        float* correction = tile.weights;
+        k.group_dots(tile.q + q_qjl_, tile.q_width, tile.rows, kr, kcs, n, qjl_group_, correction,
+                     kBlockTokens, false);
+        k.load_norms(kr + key_layout_.residual_norm_offset, kcs, n, key_layout_.fp32_norm, gamma);
+        for (size_t i = 0; i < n; ++i) gamma[i] *= qjl_coef_;
+        for (int r = 0; r < tile.rows; ++r) {
+          for (size_t i = 0; i < n; ++i) {
+            s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] +
+                                      gamma[i] * correction[r * kBlockTokens + i] + q_dot_center[r];
           }
-          if (value_center != nullptr) {
-            for (int r = 0; r < tile.rows; ++r) {
-              float mass = 0.0f;
-              for (size_t i = 0; i < n; ++i) mass += p[r * kBlockTokens + i];
-              float* exact = tile.acc.data() + r * tile.acc_width + acc_orig_;
-              for (int j = 0; j < dim_; ++j) exact[j] += mass * value_center[j];
-            }
-          }
-          for (int g = 0; g < n_value_groups_; ++g) {
-            k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],
-                               tile.acc.data() + acc_offset_[g], tile.acc_width);
-          }
-        };
-        tile.step(n, n_sinks + ci, dots, accumulate);
-        ci += n;
-      }
-      t = n_sinks + page_end;
-    }
+        }
+      };
+      const auto accumulate = [&](const float* p) {
+        k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
+        float* w = tile.weights;
+        for (int r = 0; r < tile.rows; ++r) {
+          for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
+        }
+        add_value_center(tile, p, n, value_center);
+        for (int g = 0; g < n_value_groups_; ++g) {
+          k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],
+                             tile.acc.data() + acc_offset_[g], tile.acc_width);
+        }
+      };
+      tile.step(n, first, dots, accumulate);
+    });
   }
 
   // The compressed tokens [begin, end) with the integer kernels (mse keys only).
   void compressed_range_int8(int head, size_t begin, size_t end, Tile& tile) const {
     const KernelTable& k = *tile.kernels;
-    const size_t n_sinks = cache_.n_sinks();
-    const size_t page_tokens = cache_.page_tokens();
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
     float key_norm[kBlockTokens], value_norm[kBlockTokens];
@@ -361,88 +328,107 @@ class TurboQuantSource : public BlockSource {
     const float* key_center = cache_.key_center(head);
     const float* value_center = cache_.value_center(head);
     float q_dot_center[kMaxRows] = {};
+    queries_dot_center(tile, key_center, q_dot_center);
     for (int r = 0; r < tile.rows; ++r) {
-      const float* q = tile.q + r * tile.q_width;
-      for (int g = 0; g < n_key_groups_; ++g) key_scale[g][r] = q[q_scale_[g]];
-      if (key_center != nullptr) {
-        double dot = 0.0;
-        for (int j = 0; j < dim_; ++j) dot += static_cast<double>(q[q_orig_ + j]) * key_center[j];
-        q_dot_center[r] = static_cast<float>(dot);
-      }
+      for (int g = 0; g < n_key_groups_; ++g) key_scale[g][r] = tile.q[r * tile.q_width + q_scale_[g]];
     }
     const size_t q_stride = tile.q_width * sizeof(float);
+    for_each_block(head, begin, end, [&](const uint8_t* kr, const uint8_t* vr, size_t n, size_t first) {
+      const auto dots = [&](float* s) {
+        prefetch_bytes(vr, n * vcs);  // this block's values (their norms are read first)
+        for (int g = 0; g < n_key_groups_; ++g) {
+          if (wide_group(key_groups_[g].bits)) {
+            k.int16_dots(reinterpret_cast<const int16_t*>(tile.q + q_offset_[g]), q_stride / 2, tile.rows,
+                         key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+          } else {
+            k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
+                        key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+          }
+        }
+        k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
+        for (int r = 0; r < tile.rows; ++r) {
+          const float shift = q_dot_center[r];
+          for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
+        }
+      };
+      const auto accumulate = [&](const float* p) {
+        k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
+        if (value_narrow_) {
+          k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, k.int8_weight_levels, w8, weight_scale);
+        }
+        if (value_wide_) k.int16_weights(p, kBlockTokens, tile.rows, value_norm, n, w16, weight_scale16);
+        for (int r = 0; r < tile.rows; ++r) {
+          for (int g = 0; g < n_value_groups_; ++g) {
+            const float ws = wide_group(value_groups_[g].bits) ? weight_scale16[r] : weight_scale[r];
+            value_scale[g][r] = ws * value_int8_scale_[g];
+          }
+        }
+        add_value_center(tile, p, n, value_center);
+        for (int g = 0; g < n_value_groups_; ++g) {
+          if (wide_group(value_groups_[g].bits)) {
+            k.int16_accumulate(w16, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
+                               tile.acc.data() + acc_offset_[g], tile.acc_width);
+          } else {
+            k.int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
+                              tile.acc.data() + acc_offset_[g], tile.acc_width);
+          }
+        }
+      };
+      tile.step(n, first, dots, accumulate);
+    });
+  }
+
+  // Calls fn(key records, value records, n, first token) for each block of at most kBlockTokens
+  // compressed tokens of [begin, end) (absolute positions) within one page.
+  template <typename Fn>
+  void for_each_block(int head, size_t begin, size_t end, Fn&& fn) const {
+    const size_t n_sinks = cache_.n_sinks();
+    const size_t page_tokens = cache_.page_tokens();
+    const size_t kcs = key_layout_.code_size;
+    const size_t vcs = value_layout_.code_size;
     size_t t = begin;
     while (t < end) {
-      const size_t c = t - n_sinks;
+      const size_t c = t - n_sinks;  // index within the compressed region
       const size_t page = c / page_tokens;
       const size_t page_first = page * page_tokens;
       const size_t page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
       const uint8_t* key_page = cache_.key_codes(page, head);
       const uint8_t* value_page = cache_.value_codes(page, head);
-      size_t ci = c;
-      while (ci < page_end) {
+      for (size_t ci = c; ci < page_end;) {
         const size_t n = std::min<size_t>(kBlockTokens, page_end - ci);
-        const uint8_t* kr = key_page + (ci - page_first) * kcs;
-        const uint8_t* vr = value_page + (ci - page_first) * vcs;
-        const auto dots = [&](float* s) {
-          prefetch_bytes(vr, n * vcs);  // this block's values (their norms are read first)
-          for (int g = 0; g < n_key_groups_; ++g) {
-            if (wide_group(key_groups_[g].bits)) {
-              k.int16_dots(reinterpret_cast<const int16_t*>(tile.q + q_offset_[g]), q_stride / 2, tile.rows,
-                           key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
-            } else {
-              k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
-                          key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
-            }
-          }
-          k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-          for (int r = 0; r < tile.rows; ++r) {
-            const float shift = q_dot_center[r];
-            for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
-          }
-        };
-        const auto accumulate = [&](const float* p) {
-          k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
-          if (value_narrow_) {
-            k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, k.int8_weight_levels, w8, weight_scale);
-          }
-          if (value_wide_) k.int16_weights(p, kBlockTokens, tile.rows, value_norm, n, w16, weight_scale16);
-          for (int r = 0; r < tile.rows; ++r) {
-            for (int g = 0; g < n_value_groups_; ++g) {
-              const float ws = wide_group(value_groups_[g].bits) ? weight_scale16[r] : weight_scale[r];
-              value_scale[g][r] = ws * value_int8_scale_[g];
-            }
-          }
-          if (value_center != nullptr) {
-            for (int r = 0; r < tile.rows; ++r) {
-              float mass = 0.0f;
-              for (size_t i = 0; i < n; ++i) mass += p[r * kBlockTokens + i];
-              float* exact = tile.acc.data() + r * tile.acc_width + acc_orig_;
-              for (int j = 0; j < dim_; ++j) exact[j] += mass * value_center[j];
-            }
-          }
-          for (int g = 0; g < n_value_groups_; ++g) {
-            if (wide_group(value_groups_[g].bits)) {
-              k.int16_accumulate(w16, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
-                                 tile.acc.data() + acc_offset_[g], tile.acc_width);
-            } else {
-              k.int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
-                                tile.acc.data() + acc_offset_[g], tile.acc_width);
-            }
-          }
-        };
-        tile.step(n, n_sinks + ci, dots, accumulate);
+        fn(key_page + (ci - page_first) * kcs, value_page + (ci - page_first) * vcs, n, n_sinks + ci);
         ci += n;
       }
       t = n_sinks + page_end;
     }
   }
 
+  // q . mean_k of each row of the tile (centered caches; zeros otherwise).
+  void queries_dot_center(const Tile& tile, const float* key_center, float* out) const {
+    if (key_center == nullptr) return;
+    for (int r = 0; r < tile.rows; ++r) {
+      const float* q = tile.q + r * tile.q_width + q_orig_;
+      double dot = 0.0;
+      for (int j = 0; j < dim_; ++j) dot += static_cast<double>(q[j]) * key_center[j];
+      out[r] = static_cast<float>(dot);
+    }
+  }
+
+  // A centered cache's value mean, weighted by the block's softmax mass, into the exact part.
+  void add_value_center(Tile& tile, const float* p, size_t n, const float* value_center) const {
+    if (value_center == nullptr) return;
+    for (int r = 0; r < tile.rows; ++r) {
+      float mass = 0.0f;
+      for (size_t i = 0; i < n; ++i) mass += p[r * kBlockTokens + i];
+      float* exact = tile.acc.data() + r * tile.acc_width + acc_orig_;
+      for (int j = 0; j < dim_; ++j) exact[j] += mass * value_center[j];
+    }
+  }
+
   // One group of a rotated query row -> int8 (int16 for 8-bit groups) values in the kernels'
   // key order at `room` and its scale (the row's max / levels times the codebook's integer
-  // scale) at *scale. A row of zeros
-  // gets scale 0; a non-finite row gets a NaN scale, so its scores come out NaN as on the
-  // exact path instead of silently finite.
+  // scale) at *scale. A row of zeros gets scale 0; a non-finite row a NaN scale, so its scores
+  // are NaN, as the exact path's are.
   void quantize_query(const float* y, const CodeGroup& group, const std::vector<uint16_t>& order,
                       float codebook_scale, float* room, float* scale) const {
     float ymax = 0.0f;
