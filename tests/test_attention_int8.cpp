@@ -358,8 +358,13 @@ void check_close_to_exact(const Shape& s, double tolerance, std::mt19937& rng) {
                            std::to_string(s.n_queries);
   bool have_first = false;
   const bool needs_int16 = s.key_bits == 8 || s.value_bits == 8;
+  // The widths of the cache's code groups (a half width splits into two).
+  unsigned widths = 0;
+  for (double b : {s.key_bits, s.value_bits}) widths |= 1u << static_cast<int>(std::floor(b)) | 1u << static_cast<int>(std::ceil(b));
+  widths &= 0x1cu;
   for (const KernelTable* table : all_tables()) {
     if (needs_int16 && table->int16_dots == nullptr) continue;  // 8-bit codes attend exactly there
+    if ((widths & ~table->int8_widths) != 0) continue;           // so do widths the table leaves out
     const bool simd = table != &turbokv::attn::scalar_kernel_table();
     TableGuard guard(table);
     turbokv::attend(q, s.q_heads, s.n_queries, cache, got, int8_options);
@@ -433,6 +438,26 @@ TEST(AttentionInt8, FallsBackToExactWhereItDoesNotApply) {
     turbokv::attend(q, 4, 1, cache, got, int8_options);
     for (size_t i = 0; i < q.size(); ++i) ASSERT_TRUE(same_bits(got[i], exact[i])) << "dim " << c.head_dim;
   }
+}
+
+// A table that leaves a width to the exact path (AVX2: 3 bits) gives the exact path's bits.
+TEST(AttentionInt8, WidthsATableLeavesOutAttendExactly) {
+  const KernelTable* avx2 = turbokv::attn::avx2_kernel_table();
+  if (avx2 == nullptr || (avx2->int8_widths & (1u << 3)) != 0) GTEST_SKIP() << "no AVX2 table leaving out 3 bits";
+  std::mt19937 rng(6);
+  TurboQuantCacheOptions o;
+  o.key_bits = o.value_bits = 3;
+  TurboQuantKVCache cache(2, 64, o);
+  cache.append(random_vector(2 * 60 * 64, rng), random_vector(2 * 60 * 64, rng), 60);
+  const auto q = random_vector(4 * 64, rng);
+  AttentionOptions exact_options, int8_options;
+  exact_options.arithmetic = AttentionArithmetic::exact;
+  int8_options.arithmetic = AttentionArithmetic::int8;
+  TableGuard guard(avx2);
+  std::vector<float> exact(q.size()), got(q.size());
+  turbokv::attend(q, 4, 1, cache, exact, exact_options);
+  turbokv::attend(q, 4, 1, cache, got, int8_options);
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_TRUE(same_bits(got[i], exact[i]));
 }
 
 TEST(AttentionInt8, CacheOptionSelectsTheIntegerPath) {

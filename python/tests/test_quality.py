@@ -36,10 +36,11 @@ def test_fused_attention_close_to_exact(rng, bits):
         assert c >= ATTENTION_COSINE[bits], f"{bits}-bit attention cosine {c:.4f} (n_q {n_q})"
 
 
-@pytest.mark.parametrize("bits", [4, 3])
+@pytest.mark.parametrize("bits", [4])
 def test_int8_arithmetic_close_to_exact(rng, bits):
     """arithmetic="int8" rounds queries, centroids and weights to integers: its output stays
-    within a few percent of the exact path's and as close to the truth."""
+    within a few percent of the exact path's and as close to the truth. (4 bits: every SIMD
+    table runs those in int8; AVX2 leaves 3-bit codes to the exact path.)"""
     kv_heads, q_heads, tokens, head_dim = 4, 16, 512, 128
     keys, values = _keys_with_structure(rng, kv_heads, tokens, head_dim)
     cache = turbokv.TurboQuantKVCache(bits=bits)

@@ -127,6 +127,11 @@ struct KernelTable {
   // products in 16 bits (2 * 255 * 127 would saturate); vpdpbusd would take 255. Every table
   // uses 127 now (attention_int8_simd.hpp says why); the field keeps the kernels honest about it.
   int int8_weight_levels;
+  // Code widths (bit b set: b bits) the attention source sends to the int8 kernels; other widths
+  // attend exactly. The kernels take 2-4 bits everywhere, but AVX2's 3-bit decode (a byte
+  // shuffle, a multiply and a pack per 32 codes) made the int8 path slower than the exact one
+  // for 3-bit codes (docs/benchmarks.md), so the AVX2 table leaves them to the exact path.
+  unsigned int8_widths;
 };
 
 // 12-bit integers: sums of 256 products of two of them stay within int32, and their rounding

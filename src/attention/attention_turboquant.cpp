@@ -80,7 +80,7 @@ bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& ke
   if (kernels.int8_dots == nullptr || cache.key_prod() != nullptr) return false;
   const auto supported = [&](int bits, int dims) {
     return wide_group(bits) ? kernels.int16_dots != nullptr && int16_group_supported(bits, dims)
-                            : int8_group_supported(bits, dims);
+                            : int8_group_supported(bits, dims) && (kernels.int8_widths >> bits & 1u) != 0;
   };
   for (const CodeLayout* layout : {&cache.key_mse()->layout(), &cache.value_codec().layout()}) {
     if (!supported(layout->bits_hi, layout->dims_hi)) return false;

@@ -833,7 +833,7 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
                      kChunkOrder4,   int8.dots,          int8.accumulate,
                      int8.weights,   int8.order,         int8.dots16,
                      int8.accumulate16, int8.weights16,  int8.order16,
-                     int8.weight_levels};
+                     int8.weight_levels, int8.widths};
 }
 
 }  // namespace

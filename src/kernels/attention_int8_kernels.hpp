@@ -21,6 +21,7 @@ struct Int8Kernels {
   decltype(KernelTable::int16_weights) weights16;
   decltype(KernelTable::int16_order) order16;
   int weight_levels;
+  unsigned widths;  // KernelTable::int8_widths
 };
 
 // Only on x86-64 GCC/Clang builds; callers check the CPU first.

@@ -259,7 +259,7 @@ const KernelTable& scalar_kernel_table() {
                                  nullptr,          int8_dots,      int8_accumulate,
                                  int8_weights,     nullptr,        int16_dots,
                                  int16_accumulate, int16_weights,  nullptr,
-                                 127};
+                                 127,              0x1cu};
   return table;
 }
 
