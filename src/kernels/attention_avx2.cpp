@@ -788,11 +788,15 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
     }
     __m256 vmax = _mm256_set1_ps(kNegInf);
     const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+    // Whole groups of 8 visible tokens need no mask (a decode step's blocks are all visible).
+    const size_t full = vis & ~size_t{7};
     for (size_t t = 0; t < vis; t += 8) {
-      const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
       __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + t), vscale);
       if (softcap > 0.0f) x = _mm256_mul_ps(vcap, tanh8(_mm256_mul_ps(x, vinv_cap)));
-      x = _mm256_blendv_ps(neg_inf, x, valid);
+      if (t >= full) {
+        const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
+        x = _mm256_blendv_ps(neg_inf, x, valid);
+      }
       _mm256_storeu_ps(s + t, x);
       vmax = _mm256_max_ps(vmax, x);
     }
@@ -805,6 +809,11 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
     const __m256 vm = _mm256_set1_ps(m_new);
     __m256 vsum = _mm256_setzero_ps();
     size_t t = 0;
+    for (; t < full; t += 8) {
+      const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+      _mm256_storeu_ps(s + t, p);
+      vsum = _mm256_add_ps(vsum, p);
+    }
     for (; t < vis; t += 8) {
       const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
       const __m256 p = _mm256_and_ps(valid, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm)));
