@@ -85,6 +85,9 @@ std::atomic<bool> g_q8_activations{true};
 // TURBOKV_NO_VNNI=1 in the environment starts with the VNNI kernel off (A/B timing; results are
 // the same either way).
 std::atomic<bool> g_use_vnni{std::getenv("TURBOKV_NO_VNNI") == nullptr};
+// TURBOKV_NO_AVX512=1 likewise starts with matmul_rowwise's AVX-512 tile kernel off (the 256-bit
+// kernels then run; same results).
+std::atomic<bool> g_use_avx512{std::getenv("TURBOKV_NO_AVX512") == nullptr};
 
 detail::RowKernels kernels_for(GgmlType type) {
   if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) {
@@ -163,6 +166,8 @@ const char* kernel_isa() {
 void force_scalar_kernels(bool scalar) { g_force_scalar.store(scalar, std::memory_order_relaxed); }
 
 void use_vnni_kernels(bool enabled) { g_use_vnni.store(enabled, std::memory_order_relaxed); }
+
+void use_avx512_tile_kernel(bool enabled) { g_use_avx512.store(enabled, std::memory_order_relaxed); }
 
 void set_q8_activations(bool enabled) { g_q8_activations.store(enabled, std::memory_order_relaxed); }
 bool q8_activations() { return g_q8_activations.load(std::memory_order_relaxed); }
@@ -270,6 +275,12 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     const bool by_four = avx2 && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K);
     const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 &&
                       g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
+    // Q8_0 weights with AVX-512: register tiles of 4 rows x 4 activations over block pairs (same
+    // bits again). From 4 activations on; below that the loop above the tiles would cost more
+    // than it saves.
+    if (vnni && g_use_avx512.load(std::memory_order_relaxed) && detail::avx512_tile_available()) {
+      return detail::matmul_q8_0_avx512(base, stride, rows, cols, xq, q8_stride, batch, y, pool);
+    }
     thread_local std::vector<uint8_t> x_offset;
     if (vnni) {
       x_offset.assign(xq, xq + q8_stride * batch);
