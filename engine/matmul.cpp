@@ -127,7 +127,15 @@ Q8Activations quantize_activations(const float* x, int64_t cols, size_t n, bool 
   const size_t stride = row_bytes(GgmlType::Q8_0, cols);
   const size_t blocks = static_cast<size_t>(cols) / 32;
   bytes.resize(stride * n);
-  for (size_t t = 0; t < n; ++t) quantize_row(GgmlType::Q8_0, x + t * cols, cols, bytes.data() + t * stride);
+  // The AVX2 quantizer gives quantize_row's bits (tests/test_matmul_rowwise_tiles.cpp).
+  const bool simd = !g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available();
+  for (size_t t = 0; t < n; ++t) {
+    if (simd) {
+      detail::quantize_row_q8_0_avx2(x + t * cols, cols, bytes.data() + t * stride);
+    } else {
+      quantize_row(GgmlType::Q8_0, x + t * cols, cols, bytes.data() + t * stride);
+    }
+  }
   scale.resize(blocks * n);
   sum.resize(blocks * n);
   for (size_t t = 0; t < n; ++t) {

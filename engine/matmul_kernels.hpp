@@ -58,6 +58,9 @@ bool vnni_available();
 void matmul_q8_0_avx512(const uint8_t* w, size_t w_stride, size_t rows, int64_t cols, const uint8_t* xq,
                         size_t xq_stride, size_t n, float* y, ThreadPool& pool);
 bool avx512_tile_available();
+// One row of cols floats to Q8_0 blocks, bit for bit quantize_row(Q8_0) (quantize_q8_0_avx2.cpp).
+// AVX2 machines only.
+void quantize_row_q8_0_avx2(const float* x, int64_t cols, uint8_t* dst);
 // Returns false if this CPU (or build) has no AVX2/FMA/F16C.
 bool avx2_available();
 RowKernels avx2_kernels(GgmlType type);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -190,6 +191,42 @@ TEST_F(Q8_0Kernels, NonFiniteActivationsGiveMatvecsBits) {
       std::vector<float> alone(static_cast<size_t>(rows));
       matvec(wm, x.data() + t * cols, alone.data(), pool1);
       EXPECT_TRUE(same_bits(alone.data(), y.data() + t * rows, static_cast<size_t>(rows))) << k.name << " batch row " << t;
+    }
+  }
+}
+
+// The AVX2 activation quantizer against quantize_row (the scalar encoder), byte for byte: normal
+// values, exact zeros, ties at .5 after scaling, fp16-subnormal and fp16-overflowing scales,
+// infinities and NaNs inside blocks.
+TEST(QuantizeQ8_0, Avx2GivesQuantizeRowsBytes) {
+  if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
+  std::mt19937 rng(404);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t cols : {32, 64, 96, 2080}) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<float> x(static_cast<size_t>(cols));
+      for (auto& v : x) v = normal(rng);
+      for (size_t b = 0; b < x.size() / 32; ++b) {
+        float* block = x.data() + b * 32;
+        switch (rng() % 9) {
+          case 0: std::fill(block, block + 32, 0.0f); break;
+          case 1: for (int i = 0; i < 32; ++i) block[i] *= 1e-7f; break;  // scale below fp16's normals
+          case 2: for (int i = 0; i < 32; ++i) block[i] *= 1e7f; break;   // scale past fp16's range
+          case 3: block[rng() % 32] = INFINITY; break;
+          case 4: block[rng() % 32] = -INFINITY; block[rng() % 32] = NAN; break;
+          case 5: block[rng() % 32] = NAN; break;
+          case 6:  // ties: amax 127 makes inv 1, so k + 0.5 rounds to even
+            block[0] = 127.0f;
+            for (int i = 1; i < 32; ++i) block[i] = static_cast<float>(static_cast<int>(rng() % 200) - 100) + 0.5f;
+            break;
+          case 7: for (int i = 0; i < 32; ++i) block[i] = -0.0f; break;
+          default: break;
+        }
+      }
+      std::vector<uint8_t> want(row_bytes(GgmlType::Q8_0, cols)), got(want.size(), 0xAB);
+      quantize_row(GgmlType::Q8_0, x.data(), cols, want.data());
+      detail::quantize_row_q8_0_avx2(x.data(), cols, got.data());
+      ASSERT_EQ(want, got) << "cols " << cols << " round " << round;
     }
   }
 }
