@@ -123,16 +123,15 @@ TKV_AVX512 void pack_activations(const uint8_t* xq, size_t xq_stride, size_t n, 
   }
 }
 
-// Rows r0 .. r0 + 3 (those past `rows` are zeros) as packed pairs, tile[p * 4 + i].
-TKV_AVX512 void pack_weights(const uint8_t* base, size_t stride, size_t rows, size_t r0, size_t blocks,
-                             std::vector<PackedWeightPair>& tile) {
-  const size_t pairs = (blocks + 1) / 2;
-  tile.resize(pairs * kRows);
+// Pairs [p0, p1) of rows r0 .. r0 + 3 (rows past `rows` and a missing last odd block are zeros)
+// as packed pairs, tile[(p - p0) * 4 + i].
+TKV_AVX512 void pack_weights(const uint8_t* base, size_t stride, size_t rows, size_t r0, size_t blocks, size_t p0,
+                             size_t p1, PackedWeightPair* tile) {
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   for (size_t i = 0; i < kRows; ++i) {
     const size_t r = r0 + i;
-    for (size_t p = 0; p < pairs; ++p) {
-      PackedWeightPair& dst = tile[p * kRows + i];
+    for (size_t p = p0; p < p1; ++p) {
+      PackedWeightPair& dst = tile[(p - p0) * kRows + i];
       __m256i values[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       __m256 scale[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
       for (size_t half = 0; half < 2; ++half) {
@@ -153,11 +152,11 @@ TKV_AVX512 void pack_weights(const uint8_t* base, size_t stride, size_t rows, si
   }
 }
 
-// acc[i][j] (row i, activation j of the tile) over pairs [p0, p1); w = the tile's pairs,
-// x = this activation group's pairs.
-TKV_AVX512 inline void tile_chunk(const PackedWeightPair* w, const PackedActivationPair* x, size_t p0, size_t p1,
+// acc[i][j] (row i, activation j of the tile) over `count` pairs; w = the tile's packed pairs,
+// x = this activation group's pairs from the same first pair on.
+TKV_AVX512 inline void tile_chunk(const PackedWeightPair* w, const PackedActivationPair* x, size_t count,
                                   __m512 (&acc)[kRows][kActs]) {
-  for (size_t p = p0; p < p1; ++p) {
+  for (size_t p = 0; p < count; ++p) {
     const PackedActivationPair* xp = x + p * kActs;
     __m512i xv[kActs];
     __m512 xs[kActs];
@@ -186,32 +185,41 @@ TKV_AVX512 inline float finish(__m512 acc) {
   return avx2::hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
 }
 
-// Rows [r0, r0 + 4) against every activation.
-TKV_AVX512 void run_tile(const uint8_t* base, size_t stride, size_t rows, size_t r0, size_t blocks, size_t n,
-                         const std::vector<PackedActivationPair>& acts, float* y) {
+// Rows [r0, r1) (a task: up to kTilesPerTask tiles) against every activation. Column chunks
+// outermost: a chunk of every activation's packed pairs stays in L2 while the task's tiles pass
+// over it, and each tile's chunk of weights is packed just before its use, into L1.
+TKV_AVX512 void run_task(const uint8_t* base, size_t stride, size_t rows, size_t r0, size_t r1, size_t blocks,
+                         size_t n, const PackedActivationPair* acts, float* y) {
   thread_local std::vector<PackedWeightPair> tile;
   thread_local std::vector<SavedAccumulator> saved;  // accumulators between column chunks
-  pack_weights(base, stride, rows, r0, blocks, tile);
+  tile.resize(kChunkPairs * kRows);
   const size_t pairs = (blocks + 1) / 2;
   const size_t groups = (n + kActs - 1) / kActs;
-  saved.resize(groups * kRows * kActs);
+  const size_t tiles = (r1 - r0 + kRows - 1) / kRows;
+  saved.resize(tiles * groups * kRows * kActs);
   for (size_t p0 = 0; p0 < pairs; p0 += kChunkPairs) {
     const size_t p1 = std::min(pairs, p0 + kChunkPairs);
-    for (size_t g = 0; g < groups; ++g) {
-      __m512 acc[kRows][kActs];
-      SavedAccumulator* keep = saved.data() + g * kRows * kActs;
-      for (size_t i = 0; i < kRows; ++i) {
-        for (size_t j = 0; j < kActs; ++j) acc[i][j] = p0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(keep[i * kActs + j].lanes);
-      }
-      tile_chunk(tile.data(), acts.data() + g * pairs * kActs, p0, p1, acc);
-      if (p1 < pairs) {
+    for (size_t k = 0; k < tiles; ++k) {
+      const size_t t0 = r0 + k * kRows;
+      pack_weights(base, stride, rows, t0, blocks, p0, p1, tile.data());
+      for (size_t g = 0; g < groups; ++g) {
+        __m512 acc[kRows][kActs];
+        SavedAccumulator* keep = saved.data() + (k * groups + g) * kRows * kActs;
         for (size_t i = 0; i < kRows; ++i) {
-          for (size_t j = 0; j < kActs; ++j) _mm512_store_ps(keep[i * kActs + j].lanes, acc[i][j]);
+          for (size_t j = 0; j < kActs; ++j) {
+            acc[i][j] = p0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(keep[i * kActs + j].lanes);
+          }
         }
-        continue;
-      }
-      for (size_t i = 0; i < kRows && r0 + i < rows; ++i) {
-        for (size_t j = 0; j < kActs && g * kActs + j < n; ++j) y[(g * kActs + j) * rows + r0 + i] = finish(acc[i][j]);
+        tile_chunk(tile.data(), acts + (g * pairs + p0) * kActs, p1 - p0, acc);
+        if (p1 < pairs) {
+          for (size_t i = 0; i < kRows; ++i) {
+            for (size_t j = 0; j < kActs; ++j) _mm512_store_ps(keep[i * kActs + j].lanes, acc[i][j]);
+          }
+          continue;
+        }
+        for (size_t i = 0; i < kRows && t0 + i < rows; ++i) {
+          for (size_t j = 0; j < kActs && g * kActs + j < n; ++j) y[(g * kActs + j) * rows + t0 + i] = finish(acc[i][j]);
+        }
       }
     }
   }
@@ -228,10 +236,8 @@ TKV_AVX512 void matmul_q8_0_avx512(const uint8_t* base, size_t stride, size_t ro
   const size_t tiles = (rows + kRows - 1) / kRows;
   const size_t tasks = (tiles + kTilesPerTask - 1) / kTilesPerTask;
   pool.run_tasks(tasks, [&](size_t task) {
-    const size_t end = std::min(tiles, (task + 1) * kTilesPerTask);
-    for (size_t tile = task * kTilesPerTask; tile < end; ++tile) {
-      run_tile(base, stride, rows, tile * kRows, blocks, n, packed, y);
-    }
+    const size_t r0 = task * kTilesPerTask * kRows;
+    run_task(base, stride, rows, r0, std::min(rows, r0 + kTilesPerTask * kRows), blocks, n, packed.data(), y);
   });
 }
 
