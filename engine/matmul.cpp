@@ -284,9 +284,9 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 &&
                       g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
     // Q8_0 weights with AVX-512: register tiles of 4 rows x 4 activations over block pairs (same
-    // bits again). From 4 activations on; below that the loop above the tiles would cost more
-    // than it saves.
-    if (vnni && g_use_avx512.load(std::memory_order_relaxed) && detail::avx512_tile_available()) {
+    // bits again). From 8 activations on: at 4 the packing of every weight row costs about what
+    // the tiles save (docs/benchmarks.md, "AVX-512 register tiles").
+    if (vnni && batch >= 8 && g_use_avx512.load(std::memory_order_relaxed) && detail::avx512_tile_available()) {
       return detail::matmul_q8_0_avx512(base, stride, rows, cols, xq, q8_stride, batch, y, pool);
     }
     thread_local std::vector<uint8_t> x_offset;

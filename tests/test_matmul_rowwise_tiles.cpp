@@ -141,7 +141,7 @@ TEST_F(Q8_0Kernels, EveryBatchedKernelGivesTheLaneModelsBits) {
     const size_t stride = row_bytes(GgmlType::Q8_0, cols);
     const auto w = random_q8_0_weights(rows, cols, rng);
     const WeightMatrix wm{GgmlType::Q8_0, rows, cols, w.data()};
-    for (const int64_t n : {2, 4, 5, 7, 13, 33}) {
+    for (const int64_t n : {2, 4, 5, 7, 8, 13, 33}) {
       const auto x = random_activations(n, cols, rng);
       std::vector<uint8_t> xq(stride * static_cast<size_t>(n));
       for (int64_t t = 0; t < n; ++t) quantize_row(GgmlType::Q8_0, x.data() + t * cols, cols, xq.data() + t * stride);
@@ -169,13 +169,38 @@ TEST_F(Q8_0Kernels, EveryBatchedKernelGivesTheLaneModelsBits) {
   }
 }
 
+// The tile kernel called directly, at every batch size from 1 (matmul_rowwise takes it from 8
+// activations on; below that only the padding of the last group of four is exercised).
+TEST_F(Q8_0Kernels, TileKernelAloneGivesTheLaneModelsBitsAtEveryBatchSize) {
+  if (!detail::avx512_tile_available()) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  std::mt19937 rng(505);
+  ThreadPool pool(2);
+  const int64_t rows = 23, cols = 608;  // 19 blocks: an odd count, past one column chunk
+  const size_t stride = row_bytes(GgmlType::Q8_0, cols);
+  const auto w = random_q8_0_weights(rows, cols, rng);
+  for (int64_t n = 1; n <= 9; ++n) {
+    const auto x = random_activations(n, cols, rng);
+    std::vector<uint8_t> xq(stride * static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) quantize_row(GgmlType::Q8_0, x.data() + t * cols, cols, xq.data() + t * stride);
+    std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+    detail::matmul_q8_0_avx512(w.data(), stride, static_cast<size_t>(rows), cols, xq.data(), stride,
+                               static_cast<size_t>(n), y.data(), pool);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = q8_0_lane_model(w.data() + r * stride, xq.data() + t * stride, cols);
+        EXPECT_TRUE(same_bits(&want, &y[t * rows + r], 1)) << "batch " << n << " act " << t << " row " << r;
+      }
+    }
+  }
+}
+
 // Non-finite activations (an infinite value makes its block's scale infinite and the results
 // inf or NaN): the batched kernels still give matvec's bits, row by row.
 TEST_F(Q8_0Kernels, NonFiniteActivationsGiveMatvecsBits) {
   if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
   std::mt19937 rng(303);
   ThreadPool pool(2), pool1(1);
-  const int64_t rows = 13, cols = 160, n = 6;
+  const int64_t rows = 13, cols = 160, n = 9;
   const auto w = random_q8_0_weights(rows, cols, rng);
   const WeightMatrix wm{GgmlType::Q8_0, rows, cols, w.data()};
   auto x = random_activations(n, cols, rng);
