@@ -8,9 +8,10 @@
 // high 256 bits the odd one: a block pair's sixteen int32 sums come from one vpdpbusd, and the
 // float operations on each lane are the same ones in the same order (dw * dx is exact in float:
 // two fp16 values have 11-bit significands). A missing odd block at the end of a row is packed
-// as zeros (scale 0 and values 0), which adds +0.0 to an accumulator that is never -0.0, so it
-// changes nothing. tests/test_batch_forward.cpp checks the bits against matvec and against a
-// scalar model of the lanes, at odd sizes and integer extremes.
+// as zeros (scale 0 and values 0), which adds +0.0 to an accumulator that is never -0.0 (it
+// starts at +0.0, and a rounded-to-nearest sum is -0.0 only when both addends are), so it
+// changes nothing. tests/test_matmul_rowwise_tiles.cpp checks the bits against matvec and
+// against a scalar model of the lanes, at odd sizes and integer extremes.
 //
 // Why it is faster than the 256-bit four-activation kernel: each loaded weight pair feeds four
 // activations and each activation pair four rows, so the loop is four arithmetic instructions
@@ -21,20 +22,19 @@
 // (x ^ 0x80) and each weight pair's sums start at -128 * (sum of each group of four weights), as
 // in matmul_rowwise_vnni.cpp.
 //
-// Data are repacked per call so the loop reads them with aligned full-width loads: the
-// activations once for all rows (values, and each block pair's two scales broadcast to eight
-// lanes each), and each task's four weight rows once for all activations (values, start sums,
-// scales). Columns are walked in chunks so a chunk of the four packed rows stays in L1 while
-// every group of four activations passes over it; the accumulators are saved between chunks,
-// which does not change the order of any lane's additions.
+// Data are repacked so the loop reads them with aligned full-width loads: the activations once
+// per call for all rows (values, and each block pair's two scales broadcast to eight lanes
+// each), the weights one tile of four rows and one chunk of 512 columns at a time (values,
+// start sums, scales), into L1 just before every group of four activations passes over it.
+// Column chunks are the outer loop of a task (16 rows), so a chunk of the packed activations
+// stays in L2 while the task's tiles use it; the accumulators are saved between chunks, which
+// does not change the order of any lane's additions.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "engine/matmul_avx2_common.hpp"
 #include "engine/matmul_kernels.hpp"
 #include "turbokv/cpu_features.hpp"
-#include "turbokv/half.hpp"
 #include "turbokv/thread_pool.hpp"
 
 #if TURBOKV_HAVE_AVX2_KERNELS
