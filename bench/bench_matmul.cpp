@@ -48,7 +48,8 @@ ThreadPool& pool(int threads) {
 // Args: type index, rows, cols, threads, batch n (1 = matvec), kernels: 0 = best (AVX2, x as
 // Q8_0 for the quantized types), 1 = scalar, 2 = AVX2 with x kept in float, 3 = matmul_rowwise
 // (the batched forward's product: each row as matvec computes it), 4 = the same without the
-// AVX512-VNNI kernel (AVX2 only; same results).
+// AVX512-VNNI kernels (AVX2 only; same results), 5 = the same without the AVX-512 register
+// tiles (the 256-bit VNNI kernel; same results).
 void BM_Product(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int64_t rows = state.range(1), cols = state.range(2);
@@ -57,13 +58,14 @@ void BM_Product(benchmark::State& state) {
   const int64_t mode = state.range(5);
   force_scalar_kernels(mode == 1);
   use_vnni_kernels(mode != 4);
+  use_avx512_tile_kernel(mode != 5);
   set_q8_activations(mode != 2);
   const auto& bytes = weights(type, rows, cols);
   const WeightMatrix w{type, rows, cols, bytes.data()};
   std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
   ThreadPool& p = pool(threads);
   for (auto _ : state) {
-    if (mode == 3 || mode == 4) {
+    if (mode >= 3) {
       matmul_rowwise(w, x.data(), n, y.data(), p);
     } else if (n == 1) {
       matvec(w, x.data(), y.data(), p);
@@ -79,10 +81,12 @@ void BM_Product(benchmark::State& state) {
                           : mode == 2 ? "avx2, float x"
                           : mode == 3 ? "rowwise"
                           : mode == 4 ? "rowwise, avx2 only"
+                          : mode == 5 ? "rowwise, 256-bit vnni"
                                       : kernel_isa();
   state.SetLabel(std::string(type_name(type)) + " " + mode_name);
   force_scalar_kernels(false);
   use_vnni_kernels(true);
+  use_avx512_tile_kernel(true);
   set_q8_activations(true);
 }
 
@@ -104,12 +108,25 @@ void matvec_args(benchmark::internal::Benchmark* b) {
       b->Args({t, 8192, 2048, threads, 1, 2});
     }
   }
-  // Batched prefill (16 and 64 tokens) on the MLP-sized matrix: matmul, and matmul_rowwise.
+  // Batched products (4 to 64 rows: server steps, prefill) on the MLP-sized matrix: matmul, and
+  // matmul_rowwise.
   for (int t : {0, 1, 3, 4, 5, 13}) {
-    for (int n : {16, 64}) {
+    for (int n : {4, 8, 16, 64}) {
       b->Args({t, 8192, 2048, 2, n, 0});
       if (t >= 3) b->Args({t, 8192, 2048, 2, n, 3});
       if (t == 3) b->Args({t, 8192, 2048, 2, n, 4});
+      if (t == 3) b->Args({t, 8192, 2048, 2, n, 5});
+      if (t == 3 && n == 64) {  // one thread: the kernels' own rate
+        b->Args({t, 8192, 2048, 1, n, 3});
+        b->Args({t, 8192, 2048, 1, n, 5});
+      }
+    }
+  }
+  // Q8_0: prefill chunks of 128 rows, and the down projection's shape (2048 x 8192).
+  for (int n : {64, 128}) {
+    for (int mode : {3, 5}) {
+      if (n == 128) b->Args({3, 8192, 2048, 2, n, mode});
+      b->Args({3, 2048, 8192, 2, n, mode});
     }
   }
 }

@@ -85,6 +85,9 @@ std::atomic<bool> g_q8_activations{true};
 // TURBOKV_NO_VNNI=1 in the environment starts with the VNNI kernel off (A/B timing; results are
 // the same either way).
 std::atomic<bool> g_use_vnni{std::getenv("TURBOKV_NO_VNNI") == nullptr};
+// TURBOKV_NO_AVX512=1 likewise starts with matmul_rowwise's AVX-512 tile kernel off (the 256-bit
+// kernels then run; same results).
+std::atomic<bool> g_use_avx512{std::getenv("TURBOKV_NO_AVX512") == nullptr};
 
 detail::RowKernels kernels_for(GgmlType type) {
   if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) {
@@ -124,7 +127,15 @@ Q8Activations quantize_activations(const float* x, int64_t cols, size_t n, bool 
   const size_t stride = row_bytes(GgmlType::Q8_0, cols);
   const size_t blocks = static_cast<size_t>(cols) / 32;
   bytes.resize(stride * n);
-  for (size_t t = 0; t < n; ++t) quantize_row(GgmlType::Q8_0, x + t * cols, cols, bytes.data() + t * stride);
+  // The AVX2 quantizer gives quantize_row's bits (tests/test_matmul_rowwise_tiles.cpp).
+  const bool simd = !g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available();
+  for (size_t t = 0; t < n; ++t) {
+    if (simd) {
+      detail::quantize_row_q8_0_avx2(x + t * cols, cols, bytes.data() + t * stride);
+    } else {
+      quantize_row(GgmlType::Q8_0, x + t * cols, cols, bytes.data() + t * stride);
+    }
+  }
   scale.resize(blocks * n);
   sum.resize(blocks * n);
   for (size_t t = 0; t < n; ++t) {
@@ -163,6 +174,8 @@ const char* kernel_isa() {
 void force_scalar_kernels(bool scalar) { g_force_scalar.store(scalar, std::memory_order_relaxed); }
 
 void use_vnni_kernels(bool enabled) { g_use_vnni.store(enabled, std::memory_order_relaxed); }
+
+void use_avx512_tile_kernel(bool enabled) { g_use_avx512.store(enabled, std::memory_order_relaxed); }
 
 void set_q8_activations(bool enabled) { g_q8_activations.store(enabled, std::memory_order_relaxed); }
 bool q8_activations() { return g_q8_activations.load(std::memory_order_relaxed); }
@@ -270,6 +283,12 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     const bool by_four = avx2 && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K);
     const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 &&
                       g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
+    // Q8_0 weights with AVX-512: register tiles of 4 rows x 4 activations over block pairs (same
+    // bits again). From 8 activations on: at 4 the packing of every weight row costs about what
+    // the tiles save (docs/benchmarks.md, "AVX-512 register tiles").
+    if (vnni && batch >= 8 && g_use_avx512.load(std::memory_order_relaxed) && detail::avx512_tile_available()) {
+      return detail::matmul_q8_0_avx512(base, stride, rows, cols, xq, q8_stride, batch, y, pool);
+    }
     thread_local std::vector<uint8_t> x_offset;
     if (vnni) {
       x_offset.assign(xq, xq + q8_stride * batch);

@@ -51,6 +51,16 @@ void dot_q8_x4_q4_k(const uint8_t* row, const uint8_t* const* xq, const float* c
 void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, const float* const* xscale, int64_t cols,
                          float* out);
 bool vnni_available();
+// matmul_rowwise for Q8_0 weights with AVX-512 (F, BW, VNNI) register tiles of 4 rows x 4
+// activations (matmul_rowwise_avx512.cpp): y[t * rows + r] for all t < n, bit for bit
+// dot_q8_row_q8_0's result for row r and activation t (given as Q8_0 rows xq, xq_stride bytes
+// apart). Splits the rows over the pool itself. Only where avx512_tile_available().
+void matmul_q8_0_avx512(const uint8_t* w, size_t w_stride, size_t rows, int64_t cols, const uint8_t* xq,
+                        size_t xq_stride, size_t n, float* y, ThreadPool& pool);
+bool avx512_tile_available();
+// One row of cols floats to Q8_0 blocks, bit for bit quantize_row(Q8_0) (quantize_q8_0_avx2.cpp).
+// AVX2 machines only.
+void quantize_row_q8_0_avx2(const float* x, int64_t cols, uint8_t* dst);
 // Returns false if this CPU (or build) has no AVX2/FMA/F16C.
 bool avx2_available();
 RowKernels avx2_kernels(GgmlType type);

@@ -145,6 +145,10 @@ void force_scalar_kernels(bool scalar);
 // has it (default true, or false when TURBOKV_NO_VNNI is set in the environment; same results
 // either way, only speed differs).
 void use_vnni_kernels(bool enabled);
+// Benchmarks and tests: whether matmul_rowwise may use its AVX-512 tile kernel for Q8_0 weights
+// (4 rows x 4 activations over 512-bit registers) where the CPU has AVX-512 F/BW/VNNI and VNNI is
+// enabled above (default true, or false when TURBOKV_NO_AVX512 is set; same results either way).
+void use_avx512_tile_kernel(bool enabled);
 // Whether matvec quantizes x to Q8_0 for quantized weights (default true; process-wide).
 void set_q8_activations(bool enabled);
 bool q8_activations();
