@@ -8,15 +8,15 @@
 // then costs one FMA lane per query row; as int8 centroids, one byte shuffle decodes 32 codes
 // and one vpdpbusd (three AVX2 instructions) multiplies and sums 32 of them. Keys: the query
 // rows are int8 (a scale per row), the centroids int8 (a scale per codebook). Values: the
-// softmax weights times the value norms become int8 per row and block. The sums are exact
-// integers; only the roundings to int8 differ from the float path (tests and the kjv eval
-// measure what that costs).
+// softmax weights times the value norms become 7-bit integers per row and block. The sums are
+// exact integers; only the roundings differ from the float path (tests and the kjv eval measure
+// what that costs). 8-bit codes (VNNI build only, at the end) use 12-bit integers instead.
 //
 // Decode: codes32<B> turns the 4B bytes of 32 B-bit codes into 32 code bytes in a fixed order
 // (at 4 bits, one 32-byte load gives 64: its low and its high nibbles), then one vpshufb turns
-// codes into int8 centroids; attention_int8_orders.cpp spells the orders out. Values need the tokens, not
-// the coordinates, next to each other (vpdpbusd sums four neighbouring byte products), so four
-// tokens' code bytes are interleaved by two rounds of unpacks first (kValueOrder<B>).
+// codes into int8 centroids; attention_int8_orders.cpp spells the orders out. Values need the
+// tokens, not the coordinates, next to each other (vpdpbusd sums four neighbouring byte
+// products), so four tokens' code bytes are interleaved by two rounds of unpacks first.
 
 #define TKV_INLINE inline __attribute__((always_inline))
 
