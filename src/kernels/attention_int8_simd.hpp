@@ -126,6 +126,28 @@ TKV_INLINE __m256i reduce8_epi32(const __m256i* a) {
                           _mm256_permute2x128_si256(s0123, s4567, 0x31));
 }
 
+// dst[i] (+)= row_scale * (sum of part[i]'s lanes + start) for the m <= 8 tokens of a group of
+// eight (part[i] for i >= m is ignored): a multiply, or one fused multiply-add when adding,
+// as the scalar kernels do.
+TKV_INLINE void store_scores(__m256i (&part)[8], size_t m, int32_t start, float row_scale, bool add, float* dst) {
+  for (size_t i = m; i < 8; ++i) part[i] = _mm256_setzero_si256();
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(reduce8_epi32(part), _mm256_set1_epi32(start)));
+  const __m256 scale = _mm256_set1_ps(row_scale);
+  if (m == 8) {
+    _mm256_storeu_ps(dst, add ? _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(dst)) : _mm256_mul_ps(f, scale));
+    return;
+  }
+  alignas(32) float lanes[8];
+  if (add) {
+    float old[8] = {};
+    std::memcpy(old, dst, m * sizeof(float));
+    _mm256_store_ps(lanes, _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(old)));
+  } else {
+    _mm256_store_ps(lanes, _mm256_mul_ps(f, scale));
+  }
+  std::memcpy(dst, lanes, m * sizeof(float));
+}
+
 // ---- keys -----------------------------------------------------------------------------------
 
 // R query rows against n tokens, two tokens per step (independent sums to overlap). VNNI: the
@@ -202,24 +224,7 @@ void int8_dots_tile(const int8_t* q8, size_t qs, const float* row_scale, const u
       const size_t t0 = (t - 1) & ~size_t{7};
       const size_t m = t - t0;
       for (int r = 0; r < R; ++r) {
-        for (size_t i = m; i < 8; ++i) part[r][i] = _mm256_setzero_si256();
-        const __m256i sums = _mm256_add_epi32(reduce8_epi32(part[r]), _mm256_set1_epi32(start[r]));
-        const __m256 f = _mm256_cvtepi32_ps(sums);
-        const __m256 scale = _mm256_set1_ps(row_scale[r]);
-        float* dst = scores + r * ld + t0;
-        if (m == 8) {
-          _mm256_storeu_ps(dst, add ? _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(dst)) : _mm256_mul_ps(f, scale));
-          continue;
-        }
-        alignas(32) float lanes[8];
-        if (add) {
-          float old[8] = {};
-          std::memcpy(old, dst, m * sizeof(float));
-          _mm256_store_ps(lanes, _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(old)));
-        } else {
-          _mm256_store_ps(lanes, _mm256_mul_ps(f, scale));
-        }
-        std::memcpy(dst, lanes, m * sizeof(float));
+        store_scores(part[r], m, start[r], row_scale[r], add, scores + r * ld + t0);
       }
     }
   }
@@ -477,19 +482,7 @@ void int16_dots_tile(const int16_t* q16, size_t qs, const float* row_scale, cons
       const size_t t0 = t - lane;
       const size_t m = lane + 1;
       for (int r = 0; r < R; ++r) {
-        for (size_t i = m; i < 8; ++i) part[r][i] = _mm256_setzero_si256();
-        const __m256 f = _mm256_cvtepi32_ps(reduce8_epi32(part[r]));
-        const __m256 scale = _mm256_set1_ps(row_scale[r]);
-        float* dst = scores + r * ld + t0;
-        alignas(32) float lanes[8];
-        if (add) {
-          float old[8] = {};
-          std::memcpy(old, dst, m * sizeof(float));
-          _mm256_store_ps(lanes, _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(old)));
-        } else {
-          _mm256_store_ps(lanes, _mm256_mul_ps(f, scale));
-        }
-        std::memcpy(dst, lanes, m * sizeof(float));
+        store_scores(part[r], m, 0, row_scale[r], add, scores + r * ld + t0);
       }
     }
   }

@@ -145,48 +145,57 @@ void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, floa
 }
 
 // The integer kernels in coordinate order: exact int32 sums, then the float steps the SIMD
-// kernels take (a multiply, or one fused multiply-add).
-void int8_dots(const int8_t* q8, size_t q_stride, int rows, const float* row_scale,
-               const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
-               float* scores, size_t ld, bool add) {
+// kernels take (a multiply, or one fused multiply-add). value(codes, j): the integer centroid
+// of coordinate j of a record's group (int8 table for 2-4 bits, int16 table for 8 bits).
+int32_t centroid8(const uint8_t* codes, int j, const CodeGroup& g) { return g.table8[read_code(codes, j, g.bits)]; }
+int32_t centroid16(const uint8_t* codes, int j, const CodeGroup& g) { return g.table16[codes[j]]; }
+
+template <typename Q, int32_t (*value)(const uint8_t*, int, const CodeGroup&)>
+void integer_dots(const Q* queries, size_t q_stride, int rows, const float* row_scale, const uint8_t* records,
+                  size_t code_size, size_t n, const CodeGroup& group, float* scores, size_t ld, bool add) {
   for (size_t t = 0; t < n; ++t) {
     const uint8_t* codes = records + t * code_size + group.offset;
     for (int r = 0; r < rows; ++r) {
-      const int8_t* q = q8 + r * q_stride;
+      const Q* q = queries + r * q_stride;
       int32_t sum = 0;
-      for (int j = 0; j < group.dims; ++j) sum += q[j] * group.table8[read_code(codes, j, group.bits)];
+      for (int j = 0; j < group.dims; ++j) sum += q[j] * value(codes, j, group);
       float& s = scores[r * ld + t];
       s = add ? std::fma(static_cast<float>(sum), row_scale[r], s) : static_cast<float>(sum) * row_scale[r];
     }
   }
 }
 
-void int16_dots(const int16_t* q16, size_t q_stride, int rows, const float* row_scale,
-                const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
-                float* scores, size_t ld, bool add) {
-  for (size_t t = 0; t < n; ++t) {
-    const uint8_t* codes = records + t * code_size + group.offset;
-    for (int r = 0; r < rows; ++r) {
-      const int16_t* q = q16 + r * q_stride;
-      int32_t sum = 0;
-      for (int j = 0; j < group.dims; ++j) sum += q[j] * group.table16[codes[j]];
-      float& s = scores[r * ld + t];
-      s = add ? std::fma(static_cast<float>(sum), row_scale[r], s) : static_cast<float>(sum) * row_scale[r];
-    }
-  }
-}
-
-void int16_accumulate(const uint16_t* w16, size_t ld, int rows, const float* row_scale,
-                      const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
-                      float* acc, size_t acc_stride) {
+template <typename W, int32_t (*value)(const uint8_t*, int, const CodeGroup&)>
+void integer_accumulate(const W* w, size_t ld, int rows, const float* row_scale, const uint8_t* records,
+                        size_t code_size, size_t n, const CodeGroup& group, float* acc, size_t acc_stride) {
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < group.dims; ++j) {
       int32_t sum = 0;
-      for (size_t t = 0; t < n; ++t) sum += w16[r * ld + t] * group.table16[records[t * code_size + group.offset + j]];
+      for (size_t t = 0; t < n; ++t) sum += w[r * ld + t] * value(records + t * code_size + group.offset, j, group);
       float& a = acc[r * acc_stride + j];
       a = std::fma(row_scale[r], static_cast<float>(sum), a);
     }
   }
+}
+
+void int8_dots(const int8_t* q8, size_t q_stride, int rows, const float* row_scale, const uint8_t* records,
+               size_t code_size, size_t n, const CodeGroup& group, float* scores, size_t ld, bool add) {
+  integer_dots<int8_t, centroid8>(q8, q_stride, rows, row_scale, records, code_size, n, group, scores, ld, add);
+}
+
+void int16_dots(const int16_t* q16, size_t q_stride, int rows, const float* row_scale, const uint8_t* records,
+                size_t code_size, size_t n, const CodeGroup& group, float* scores, size_t ld, bool add) {
+  integer_dots<int16_t, centroid16>(q16, q_stride, rows, row_scale, records, code_size, n, group, scores, ld, add);
+}
+
+void int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_scale, const uint8_t* records,
+                     size_t code_size, size_t n, const CodeGroup& group, float* acc, size_t acc_stride) {
+  integer_accumulate<uint8_t, centroid8>(w8, ld, rows, row_scale, records, code_size, n, group, acc, acc_stride);
+}
+
+void int16_accumulate(const uint16_t* w16, size_t ld, int rows, const float* row_scale, const uint8_t* records,
+                      size_t code_size, size_t n, const CodeGroup& group, float* acc, size_t acc_stride) {
+  integer_accumulate<uint16_t, centroid16>(w16, ld, rows, row_scale, records, code_size, n, group, acc, acc_stride);
 }
 
 // int8_weights and int16_weights: `levels` steps; pad zeros to a multiple of `pad`.
@@ -220,20 +229,6 @@ void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t
   integer_weights(p, ld, rows, norm, n, w8, scale, static_cast<float>(levels), 4);
 }
 
-void int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
-                     const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
-                     float* acc, size_t acc_stride) {
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < group.dims; ++j) {
-      int32_t sum = 0;
-      for (size_t t = 0; t < n; ++t) {
-        sum += w8[r * ld + t] * group.table8[read_code(records + t * code_size + group.offset, j, group.bits)];
-      }
-      float& a = acc[r * acc_stride + j];
-      a = std::fma(row_scale[r], static_cast<float>(sum), a);
-    }
-  }
-}
 
 std::atomic<const KernelTable*> g_override{nullptr};
 
