@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention/attention_kernels.hpp"
+#include "attention_test_util.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/turboquant_cache.hpp"
 
@@ -295,32 +296,11 @@ TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
   }
 }
 
-std::vector<float> random_vector(size_t n, std::mt19937& rng, float sigma = 1.0f) {
-  std::normal_distribution<float> g(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+using turbokv::test::random_vector;
+using turbokv::test::rel_l2;
+using TableGuard = turbokv::test::KernelTableGuard;
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-std::vector<const KernelTable*> all_tables() {
-  std::vector<const KernelTable*> t{&turbokv::attn::scalar_kernel_table()};
-  for (const KernelTable* k : simd_tables()) t.push_back(k);
-  return t;
-}
-
-struct TableGuard {
-  explicit TableGuard(const KernelTable* t) { turbokv::attn::set_kernel_table_override(t); }
-  ~TableGuard() { turbokv::attn::set_kernel_table_override(nullptr); }
-};
+std::vector<const KernelTable*> all_tables() { return turbokv::test::all_kernel_tables(); }
 
 struct Shape {
   int head_dim, q_heads, kv_heads;
