@@ -56,11 +56,14 @@ TKV_INLINE __m256i codes32<2>(const uint8_t* p) {
 template <>
 TKV_INLINE __m256i codes32<3>(const uint8_t* p) {
   const __m256i bytes = _mm256_castsi128_si256(_mm_maskz_loadu_epi8(0x0fff, p));
-  const __m256i groups = _mm256_permutexvar_epi8(
-      _mm256_setr_epi8(0, 1, 2, 2, 2, 2, 2, 2, 3, 4, 5, 5, 5, 5, 5, 5, 6, 7, 8, 8, 8, 8, 8, 8, 9, 10, 11, 11, 11, 11, 11, 11),
+  // The zero-masking forms with every lane kept: the plain intrinsics pass an undefined vector
+  // through, which GCC 12 reports as possibly uninitialized.
+  const __mmask32 all = 0xffffffffu;
+  const __m256i groups = _mm256_maskz_permutexvar_epi8(
+      all, _mm256_setr_epi8(0, 1, 2, 2, 2, 2, 2, 2, 3, 4, 5, 5, 5, 5, 5, 5, 6, 7, 8, 8, 8, 8, 8, 8, 9, 10, 11, 11, 11, 11, 11, 11),
       bytes);
   const __m256i shifts = _mm256_set1_epi64x(0x15120f0c09060300LL);  // 21, 18, ..., 3, 0
-  return _mm256_and_si256(_mm256_multishift_epi64_epi8(shifts, groups), _mm256_set1_epi8(0x07));
+  return _mm256_and_si256(_mm256_maskz_multishift_epi64_epi8(all, shifts, groups), _mm256_set1_epi8(0x07));
 }
 #else
 template <>

@@ -16,6 +16,13 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+// GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of their unmasked
+// forms (_mm512_shuffle_i32x4, _mm512_extracti64x4_epi64, ...), which -Wmaybe-uninitialized
+// reports in every caller; nothing here reads an undefined lane.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi"))), apply_to = function)
 #else
