@@ -194,6 +194,10 @@ TKV_INLINE void token_dots(const int8_t* q8, size_t qs, const __m256i table, con
   for (; c < nc; ++c) chunk_dots<R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B)), acc);
 }
 
+// Tokens per step of the key kernel: independent sums for the out-of-order core to overlap
+// (VNNI's 32 registers hold four tokens' R sums and the query rows; AVX2's 16 two).
+constexpr int kTokens = TURBOKV_INT8_VNNI ? 4 : 2;
+
 template <int B, int R, int kChunks>
 void int8_dots_tile(const int8_t* q8, size_t qs, const float* row_scale, const uint8_t* records,
                     size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
@@ -212,17 +216,23 @@ void int8_dots_tile(const int8_t* q8, size_t qs, const float* row_scale, const u
   alignas(32) __m256i part[R][8];
   const uint8_t* base = records + g.offset;
   for (size_t t = 0; t < n;) {
+    // kTokens tokens a step (t stays a multiple of kTokens until the last step, so they land
+    // in one group of 8).
     const size_t lane = t & 7;
-    __m256i acc[2][R];
-    for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_si256();
-    const bool two = t + 1 < n;  // lane is even, so both tokens land in the same group of 8
-    token_dots<B, R, kChunks>(q8, qs, table, base + t * code_size, chunks, acc[0]);
-    if (two) token_dots<B, R, kChunks>(q8, qs, table, base + (t + 1) * code_size, chunks, acc[1]);
-    for (int r = 0; r < R; ++r) {
-      part[r][lane] = acc[0][r];
-      part[r][lane + 1] = acc[1][r];
+    const size_t here = n - t < static_cast<size_t>(kTokens) ? n - t : static_cast<size_t>(kTokens);
+    __m256i acc[kTokens][R];
+    for (int u = 0; u < kTokens; ++u) {
+      for (int r = 0; r < R; ++r) acc[u][r] = _mm256_setzero_si256();
     }
-    t += two ? 2 : 1;
+    for (int u = 0; u < kTokens; ++u) {
+      if (static_cast<size_t>(u) < here) token_dots<B, R, kChunks>(q8, qs, table, base + (t + u) * code_size, chunks, acc[u]);
+    }
+    for (int u = 0; u < kTokens; ++u) {
+      if (static_cast<size_t>(u) < here) {
+        for (int r = 0; r < R; ++r) part[r][lane + u] = acc[u][r];
+      }
+    }
+    t += here;
     if ((t & 7) == 0 || t == n) {
       const size_t t0 = (t - 1) & ~size_t{7};
       const size_t m = t - t0;
