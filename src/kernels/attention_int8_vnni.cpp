@@ -17,10 +17,12 @@
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of their unmasked
-// forms (_mm512_shuffle_i32x4, _mm512_extracti64x4_epi64, ...), which -Wmaybe-uninitialized
-// reports in every caller; nothing here reads an undefined lane.
+// forms (_mm512_extracti64x4_epi64, _mm512_cvtepi16_epi8, _mm512_inserti64x4, ...), which
+// -Wmaybe-uninitialized / -Wuninitialized report in every caller; nothing here reads an
+// undefined lane.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #if defined(__clang__)
