@@ -21,6 +21,7 @@ using avx2::hsum;
 using avx2::load_half;
 using avx2::lane_totals;
 using avx2::load_q8_values;
+using avx2::prefetch_weights;
 using avx2::u8x8_to_float;
 
 TKV_AVX2 inline __m256 load_f16x8(const uint8_t* p) {
@@ -202,19 +203,24 @@ TKV_AVX2 float dot_row_q6_k(const uint8_t* row, const float* x, int64_t cols) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// Even blocks into acc0, odd ones into acc1 (matmul_rowwise's kernels keep this order); a pair
+// of blocks per step, with one prefetch per 68 bytes.
+TKV_AVX2 inline __m256 q8_0_block(__m256 acc, const uint8_t* row, const uint8_t* xq) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 2));
+  return _mm256_fmadd_ps(_mm256_set1_ps(load_half(row) * load_half(xq)), dot32_i8_i8(w, x), acc);
+}
+
 TKV_AVX2 float dot_q8_row_q8_0(const uint8_t* row, const uint8_t* xq, int64_t cols) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const int64_t blocks = cols / 32;
-  for (int64_t b = 0; b < blocks; ++b, row += 34, xq += 34) {
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 2));
-    const __m256 d = _mm256_set1_ps(load_half(row) * load_half(xq));
-    if (b & 1) {
-      acc1 = _mm256_fmadd_ps(d, dot32_i8_i8(w, x), acc1);
-    } else {
-      acc0 = _mm256_fmadd_ps(d, dot32_i8_i8(w, x), acc0);
-    }
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2, row += 68, xq += 68) {
+    prefetch_weights(row);
+    acc0 = q8_0_block(acc0, row, xq);
+    acc1 = q8_0_block(acc1, row + 34, xq + 34);
   }
+  if (b < blocks) acc0 = q8_0_block(acc0, row, xq);
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
@@ -224,6 +230,7 @@ TKV_AVX2 float dot_q8_row_q4_0(const uint8_t* row, const uint8_t* xq, int64_t co
   const __m256i eight = _mm256_set1_epi8(8);
   const int64_t blocks = cols / 32;
   for (int64_t b = 0; b < blocks; ++b, row += 18, xq += 34) {
+    prefetch_weights(row);
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2));
     const __m128i lo = _mm_and_si128(bytes, low_mask);                       // values 0..15
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask);  // values 16..31
@@ -255,6 +262,7 @@ TKV_AVX2 inline void dot_q8_q4_k_n(const uint8_t* row, const uint8_t* const* xq,
   const __m256i low_mask = _mm256_set1_epi8(15);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < cols / 256; ++b, row += 144) {
+    prefetch_weights(row, 144);
     alignas(8) uint8_t sc[8], mn[8];
     unpack_q4_k_scales(row + 4, sc, mn);
     const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(load_half(row)), u8x8_to_float(sc));
@@ -300,6 +308,7 @@ TKV_AVX2 float dot_q8_row_q6_k(const uint8_t* row, const uint8_t* xq, int64_t co
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8(32);
   for (int64_t b = 0; b < cols / 256; ++b, row += 210, xq += 8 * 34) {
+    prefetch_weights(row, 210);
     const float d = load_half(row + 208);
     const auto* scales = reinterpret_cast<const int8_t*>(row + 192);
     for (int half = 0; half < 2; ++half) {

@@ -24,6 +24,7 @@ using avx2::hsum;
 using avx2::load_half;
 using avx2::lane_totals;
 using avx2::load_q8_values;
+using avx2::prefetch_weights;
 using avx2::u8x8_to_float;
 
 // 16 bytes of nibbles as 32 codes in Q4_0 order: low nibbles (values 0..15) in the low lane,
@@ -62,6 +63,7 @@ TKV_AVX2 float dot_q8_with_min(const uint8_t* row, const uint8_t* xq, const floa
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   float min_total = 0.0f;
   for (int64_t b = 0; b < cols / 32; ++b, row += kBytes, xq += 34) {
+    prefetch_weights(row);
     __m256i codes = unpack_nibbles(row + (kFiveBit ? 8 : 4));
     if constexpr (kFiveBit) codes = _mm256_or_si256(codes, q5_high_bits(row + 4));
     const __m256 qx = _mm256_cvtepi32_ps(dot32_u8_i8(codes, load_q8_values(xq)));
@@ -80,6 +82,7 @@ TKV_AVX2 float dot_q8_row_q5_0(const uint8_t* row, const uint8_t* xq, int64_t co
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const __m256i sixteen = _mm256_set1_epi8(16);
   for (int64_t b = 0; b < cols / 32; ++b, row += 22, xq += 34) {
+    prefetch_weights(row);
     const __m256i codes = _mm256_or_si256(unpack_nibbles(row + 6), q5_high_bits(row + 2));
     const __m256i w = _mm256_sub_epi8(codes, sixteen);  // [-16, 15]
     const __m256 d = _mm256_set1_ps(load_half(row) * load_half(xq));
@@ -96,6 +99,7 @@ TKV_AVX2 float dot_q8_row_iq4_nl(const uint8_t* row, const uint8_t* xq, int64_t 
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const __m256i table = iq4nl_table();
   for (int64_t b = 0; b < cols / 32; ++b, row += 18, xq += 34) {
+    prefetch_weights(row);
     const __m256i w = _mm256_shuffle_epi8(table, unpack_nibbles(row + 2));
     const __m256 d = _mm256_set1_ps(load_half(row) * load_half(xq));
     if (b & 1) {
@@ -111,6 +115,7 @@ TKV_AVX2 float dot_q8_row_iq4_xs(const uint8_t* row, const uint8_t* xq, int64_t 
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const __m256i table = iq4nl_table();
   for (int64_t b = 0; b < cols / 256; ++b, row += 136) {
+    prefetch_weights(row, 136);
     const float d = load_half(row);
     float dl[8];  // unpacked first, off the chain of multiply-adds
     for (int j = 0; j < 8; ++j) dl[j] = d * static_cast<float>(iq4_xs_scale(row, j) - 32);
@@ -137,6 +142,7 @@ TKV_AVX2 float dot_q8_row_q5_k(const uint8_t* row, const uint8_t* xq, const floa
   const __m256i one = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < cols / 256; ++b, row += 176, xq += 8 * 34, x_scale += 8, x_sum += 8) {
+    prefetch_weights(row, 176);
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
     __m256i qx[8];
     for (int j = 0; j < 8; ++j) {
@@ -183,6 +189,7 @@ TKV_AVX2 float dot_q8_row_q2_k(const uint8_t* row, const uint8_t* xq, int64_t co
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};  // as Q5_K
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < cols / 256; ++b, row += 84) {
+    prefetch_weights(row, 84);
     const float d = load_half(row + 80), dmin = load_half(row + 82);
     for (int k = 0; k < 8; ++k, xq += 34) {
       const uint8_t s0 = row[2 * k], s1 = row[2 * k + 1];
@@ -205,6 +212,7 @@ TKV_AVX2 float dot_q8_row_q3_k(const uint8_t* row, const uint8_t* xq, int64_t co
   const __m256i one = _mm256_set1_epi8(1);
   const __m256i four = _mm256_set1_epi8(4);
   for (int64_t b = 0; b < cols / 256; ++b, row += 110) {
+    prefetch_weights(row, 110);
     const float d = load_half(row + 108);
     int scales[16];
     q3_k_scales(row + 96, scales);

@@ -12,6 +12,7 @@
 namespace turbokv::engine::detail {
 
 using avx2::hsum;
+using avx2::prefetch_weights;
 using avx2::load_half;
 
 namespace {
@@ -51,6 +52,7 @@ TKV_AVX2 void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const
   const int64_t blocks = cols / 32;
   int64_t blk = 0;
   for (; blk + 2 <= blocks; blk += 2) {
+    prefetch_weights(row + blk * 34);
     block_x4(row, blk, xq, xscale, a0, a1, a2, a3);
     block_x4(row, blk + 1, xq, xscale, b0, b1, b2, b3);
   }

@@ -25,6 +25,7 @@ namespace turbokv::engine::detail {
 
 // The AVX2 helpers (narrower target attribute) inline into these wider-target functions.
 using avx2::hsum;
+using avx2::prefetch_weights;
 using avx2::load_half;
 
 namespace {
@@ -61,6 +62,7 @@ TKV_VNNI void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, 
   const int64_t blocks = cols / 32;
   int64_t blk = 0;
   for (; blk + 2 <= blocks; blk += 2) {
+    prefetch_weights(row + blk * 34);
     block_x4(row, blk, xu, xscale, a0, a1, a2, a3);
     block_x4(row, blk + 1, xu, xscale, b0, b1, b2, b3);
   }
