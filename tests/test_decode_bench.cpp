@@ -179,7 +179,9 @@ TEST(DecodeBench, RowsBytesAndJson) {
   const auto j = nlohmann::json::parse(format_decode_bench_json(r));
   EXPECT_TRUE(j.at("model").is_string());
   ASSERT_EQ(j.at("rows").size(), 8u);
-  const std::set<std::string> fields = {"config", "context", "tokens_per_s", "kv_bytes", "speedup_vs_dense16"};
+  const std::set<std::string> fields = {"config",   "context",            "batch",         "tokens_per_s",
+                                        "step_ms",  "kv_bytes",           "speedup_vs_dense16",
+                                        "step_vs_batch1"};
   for (const auto& jr : j["rows"]) {
     std::set<std::string> keys;
     for (auto it = jr.begin(); it != jr.end(); ++it) keys.insert(it.key());
@@ -188,6 +190,43 @@ TEST(DecodeBench, RowsBytesAndJson) {
   EXPECT_TRUE(j["rows"][2]["tokens_per_s"].is_null());  // affine4 at 64
   EXPECT_EQ(j["rows"][4]["context"].get<size_t>(), 100u);
   EXPECT_NE(format_decode_bench_table(r).find("n/a"), std::string::npos);
+}
+
+// Batches of several sequences step through BatchForward: every sequence's caches grow by one
+// token a step, a row's bytes are its sequences' together, and the step ratios refer to the same
+// configuration's batch-1 row.
+TEST(DecodeBench, BatchesStepEverySequence) {
+  ThreadPool pool(2);
+  const Model m = make_synthetic_model(tiny_config(), GgmlType::Q8_0, pool);
+  DecodeBenchOptions o;
+  o.contexts = {40};
+  o.batches = {1, 3};
+  o.configs = parse_kv_config_list("dense16,tq4");
+  o.steps = 2;
+  o.warmup = 1;
+  const DecodeBenchResult r = run_decode_bench(m, o, pool);
+  ASSERT_EQ(r.rows.size(), 4u);
+  const DecodeBenchRow* one[2] = {&r.rows[0], &r.rows[1]};
+  const DecodeBenchRow* three[2] = {&r.rows[2], &r.rows[3]};
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_EQ(one[c]->batch, 1u);
+    EXPECT_EQ(three[c]->batch, 3u);
+    EXPECT_EQ(one[c]->config, three[c]->config);
+    EXPECT_EQ(three[c]->kv_bytes, 3 * one[c]->kv_bytes);
+    EXPECT_DOUBLE_EQ(one[c]->step_vs_batch1, 1.0);
+    EXPECT_NEAR(three[c]->step_vs_batch1, three[c]->step_ms_median / one[c]->step_ms_median, 1e-12);
+    EXPECT_NEAR(three[c]->tokens_per_s, 3e3 / three[c]->step_ms_median, 1e-9 * three[c]->tokens_per_s);
+    EXPECT_NEAR(three[c]->ms_per_token_median * 3, three[c]->step_ms_median, 1e-9);
+  }
+  EXPECT_DOUBLE_EQ(three[0]->speedup_vs_dense16, 1.0);  // dense16 of the same batch
+  const auto j = nlohmann::json::parse(format_decode_bench_json(r));
+  EXPECT_EQ(j["rows"][3]["batch"].get<size_t>(), 3u);
+  EXPECT_NE(format_decode_bench_table(r).find("step/b1"), std::string::npos);
+
+  o.batches = {0};
+  EXPECT_THROW(run_decode_bench(m, o, pool), Error);
+  o.batches = {};
+  EXPECT_THROW(run_decode_bench(m, o, pool), Error);
 }
 
 TEST(DecodeBench, CpuTimeClockIsRecordedAndSelectable) {
