@@ -30,10 +30,12 @@ using avx2::load_half;
 
 namespace {
 
-// acc += (dw * dx) * sum(x * w), as block_step in the AVX2 kernel.
-TKV_VNNI inline __m256 block_step(__m256 acc, __m256i start, __m256i w, const uint8_t* xb, float dw, float dx) {
+// acc += (dw * dx) * sum(x * w), as block_step in the AVX2 kernel (dw broadcast once per block,
+// dx broadcast from memory).
+TKV_VNNI inline __m256 block_step(__m256 acc, __m256i start, __m256i w, const uint8_t* xb, __m256 dw,
+                                  const float* dx) {
   const __m256i x_offset = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
-  const __m256 d = _mm256_set1_ps(dw * dx);
+  const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(dx));
   return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, x_offset, w)), acc);
 }
 
@@ -43,11 +45,11 @@ TKV_VNNI inline void block_x4(const uint8_t* row, int64_t blk, const uint8_t* co
   const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o + 2));
   const __m256i offset_sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), w);
   const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), offset_sums);
-  const float dw = load_half(row + o);
-  c0 = block_step(c0, start, w, xu[0] + o, dw, xscale[0][blk]);
-  c1 = block_step(c1, start, w, xu[1] + o, dw, xscale[1][blk]);
-  c2 = block_step(c2, start, w, xu[2] + o, dw, xscale[2][blk]);
-  c3 = block_step(c3, start, w, xu[3] + o, dw, xscale[3][blk]);
+  const __m256 dw = _mm256_set1_ps(load_half(row + o));
+  c0 = block_step(c0, start, w, xu[0] + o, dw, xscale[0] + blk);
+  c1 = block_step(c1, start, w, xu[1] + o, dw, xscale[1] + blk);
+  c2 = block_step(c2, start, w, xu[2] + o, dw, xscale[2] + blk);
+  c3 = block_step(c3, start, w, xu[3] + o, dw, xscale[3] + blk);
 }
 
 }  // namespace
