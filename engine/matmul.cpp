@@ -88,6 +88,16 @@ std::atomic<bool> g_use_vnni{std::getenv("TURBOKV_NO_VNNI") == nullptr};
 // TURBOKV_NO_AVX512=1 likewise starts with matmul_rowwise's AVX-512 tile kernel off (the 256-bit
 // kernels then run; same results).
 std::atomic<bool> g_use_avx512{std::getenv("TURBOKV_NO_AVX512") == nullptr};
+// The same variable also starts matvec's 512-bit Q8_0 kernel off (matvec_q8_0_avx512.cpp).
+std::atomic<bool> g_use_avx512_matvec{std::getenv("TURBOKV_NO_AVX512") == nullptr};
+
+// matvec's Q8_0 rows on 512-bit VNNI vectors: where the CPU has AVX-512 F/BW/VL/VNNI, the AVX2
+// kernels are in use and neither switch (VNNI, AVX-512 matvec) is off.
+bool use_avx512_matvec() {
+  return g_use_avx512_matvec.load(std::memory_order_relaxed) && g_use_vnni.load(std::memory_order_relaxed) &&
+         !g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available() &&
+         detail::avx512_tile_available();
+}
 
 detail::RowKernels kernels_for(GgmlType type) {
   if (!g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available()) {
@@ -177,6 +187,8 @@ void use_vnni_kernels(bool enabled) { g_use_vnni.store(enabled, std::memory_orde
 
 void use_avx512_tile_kernel(bool enabled) { g_use_avx512.store(enabled, std::memory_order_relaxed); }
 
+void use_avx512_matvec_kernel(bool enabled) { g_use_avx512_matvec.store(enabled, std::memory_order_relaxed); }
+
 void set_q8_activations(bool enabled) { g_q8_activations.store(enabled, std::memory_order_relaxed); }
 bool q8_activations() { return g_q8_activations.load(std::memory_order_relaxed); }
 
@@ -186,6 +198,19 @@ void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool& pool) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (has_q8_kernel(k) && q8_activations() && w.rows > 0) {
     const Q8Activations a = quantize_activations(x, w.cols, 1, k.dot_q8_sums != nullptr);
+    if (w.type == GgmlType::Q8_0 && use_avx512_matvec()) {
+      // The 512-bit VNNI kernel: same bits as the AVX2 one, fewer instructions per weight byte.
+      thread_local std::vector<detail::MatvecActivationPair> packed;
+      detail::pack_matvec_activation(a.bytes, w.cols, packed);
+      const detail::MatvecActivationPair* xp = packed.data();  // the pool's threads read the caller's copy
+      pool.parallel_for(
+          static_cast<size_t>(w.rows),
+          [&](size_t begin, size_t end) {
+            for (size_t r = begin; r < end; ++r) y[r] = detail::dot_q8_0_avx512(base + r * stride, xp, w.cols);
+          },
+          min_rows_per_chunk(w.cols));
+      return;
+    }
     pool.parallel_for(
         static_cast<size_t>(w.rows),
         [&](size_t begin, size_t end) {

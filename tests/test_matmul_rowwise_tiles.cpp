@@ -1,7 +1,8 @@
 // matmul_rowwise's Q8_0 kernels against a scalar model of matvec's lanes: every kernel (scalar
-// float, AVX2, 256-bit VNNI, the AVX-512 register tiles) must give each row exactly the bits
-// matvec gives it (the server's batch invariance rests on it), at odd sizes, on fresh random
-// data with the integer extremes, fp16 subnormal scales and non-finite activations.
+// float, AVX2, 256-bit VNNI, the AVX-512 register tiles, matvec's 512-bit kernel) must give each
+// row exactly the bits matvec gives it (the server's batch invariance rests on it), at odd
+// sizes, on fresh random data with the integer extremes, fp16 subnormal scales and non-finite
+// activations.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,33 +98,39 @@ class Q8_0Kernels : public ::testing::Test {
   void TearDown() override {
     use_vnni_kernels(true);
     use_avx512_tile_kernel(true);
+    use_avx512_matvec_kernel(true);
     force_scalar_kernels(false);
   }
 };
 
 TEST_F(Q8_0Kernels, LaneModelIsMatvecAndCloseToTheReference) {
   if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
+  RecordProperty("avx512_matvec_available", detail::avx512_tile_available() ? "yes" : "no");
   std::mt19937 rng(101);
   ThreadPool pool(1);
-  for (const int64_t cols : {32, 96, 352, 1056}) {
-    const int64_t rows = 19;
-    const auto w = random_q8_0_weights(rows, cols, rng);
-    const auto x = random_activations(1, cols, rng);
-    std::vector<uint8_t> xq(row_bytes(GgmlType::Q8_0, cols));
-    quantize_row(GgmlType::Q8_0, x.data(), cols, xq.data());
-    std::vector<float> y(static_cast<size_t>(rows)), reference(y.size()), x_used(static_cast<size_t>(cols));
-    const WeightMatrix wm{GgmlType::Q8_0, rows, cols, w.data()};
-    matvec(wm, x.data(), y.data(), pool);
-    dequantize_row({GgmlType::Q8_0, 1, cols, xq.data()}, 0, x_used.data());
-    matvec_reference(wm, x_used.data(), reference.data());
-    std::vector<float> w_row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      const float model = q8_0_lane_model(w.data() + static_cast<size_t>(r) * row_bytes(GgmlType::Q8_0, cols), xq.data(), cols);
-      EXPECT_TRUE(same_bits(&model, &y[static_cast<size_t>(r)], 1)) << "cols " << cols << " row " << r;
-      dequantize_row(wm, r, w_row.data());
-      double magnitude = 0;
-      for (int64_t i = 0; i < cols; ++i) magnitude += std::fabs(static_cast<double>(w_row[i]) * x_used[i]);
-      EXPECT_NEAR(model, reference[static_cast<size_t>(r)], 1e-5 * magnitude + 1e-7) << "cols " << cols << " row " << r;
+  // matvec's 512-bit kernel (where the CPU has it) and the AVX2 one; odd and even block counts.
+  for (const bool avx512 : {true, false}) {
+    use_avx512_matvec_kernel(avx512);
+    for (const int64_t cols : {32, 64, 96, 352, 1056, 2048}) {
+      const int64_t rows = 19;
+      const auto w = random_q8_0_weights(rows, cols, rng);
+      const auto x = random_activations(1, cols, rng);
+      std::vector<uint8_t> xq(row_bytes(GgmlType::Q8_0, cols));
+      quantize_row(GgmlType::Q8_0, x.data(), cols, xq.data());
+      std::vector<float> y(static_cast<size_t>(rows)), reference(y.size()), x_used(static_cast<size_t>(cols));
+      const WeightMatrix wm{GgmlType::Q8_0, rows, cols, w.data()};
+      matvec(wm, x.data(), y.data(), pool);
+      dequantize_row({GgmlType::Q8_0, 1, cols, xq.data()}, 0, x_used.data());
+      matvec_reference(wm, x_used.data(), reference.data());
+      std::vector<float> w_row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        const float model = q8_0_lane_model(w.data() + static_cast<size_t>(r) * row_bytes(GgmlType::Q8_0, cols), xq.data(), cols);
+        EXPECT_TRUE(same_bits(&model, &y[static_cast<size_t>(r)], 1)) << "cols " << cols << " row " << r;
+        dequantize_row(wm, r, w_row.data());
+        double magnitude = 0;
+        for (int64_t i = 0; i < cols; ++i) magnitude += std::fabs(static_cast<double>(w_row[i]) * x_used[i]);
+        EXPECT_NEAR(model, reference[static_cast<size_t>(r)], 1e-5 * magnitude + 1e-7) << "cols " << cols << " row " << r;
+      }
     }
   }
 }
