@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/tensor_types.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/thread_pool.hpp"
 

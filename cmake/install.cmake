@@ -9,8 +9,10 @@ set(TURBOKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/turbokv)
 set(installed_targets turbokv_core)
 if(TARGET turbokv_engine)
   list(APPEND installed_targets turbokv_engine)
-  file(GLOB engine_headers ${PROJECT_SOURCE_DIR}/engine/*.hpp)
-  install(FILES ${engine_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/turbokv/engine COMPONENT devel)
+  # engine/<room>/x.hpp -> include/turbokv/engine/<room>/x.hpp (headers include each other as
+  # "engine/<room>/x.hpp", found from include/turbokv).
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/engine/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/turbokv/engine
+          COMPONENT devel FILES_MATCHING PATTERN "*.hpp")
 endif()
 install(TARGETS ${installed_targets} EXPORT turbokvTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT devel

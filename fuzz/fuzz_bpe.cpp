@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/bpe_tokenizer.hpp"
-#include "engine/gguf.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/tokenizer/bpe_tokenizer.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "fuzz_util.hpp"
 #include "turbokv/error.hpp"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.hpp"
-#include "engine/model.hpp"
-#include "engine/tensor_types.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "fuzz_util.hpp"
 #include "turbokv/error.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 #include "fuzz_util.hpp"
 #include "turbokv/error.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/tokenizer.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "fuzz_util.hpp"
 #include "turbokv/error.hpp"
 

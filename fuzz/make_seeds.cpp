@@ -29,9 +29,9 @@
 #define SEEDS_HAVE_TURBOQUANT 1
 #endif
 #ifdef TURBOKV_HAVE_ENGINE
-#include "engine/model.hpp"
-#include "engine/session_metadata.hpp"
-#include "engine/tokenizer.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/session_metadata.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #endif
 #include "cache_roundtrip_input.hpp"
 #include "server/prefix_value.hpp"
@@ -40,11 +40,11 @@
 #include "codec_input.hpp"
 #define SEEDS_HAVE_CODEC 1
 #endif
-#if defined(TURBOKV_HAVE_ENGINE) && __has_include("engine/gguf.hpp")
-#include "engine/bpe_tokenizer.hpp"
-#include "engine/gguf.hpp"
-#include "engine/tensor_types.hpp"
-#include "engine/tokenizer_factory.hpp"
+#if defined(TURBOKV_HAVE_ENGINE) && __has_include("engine/model/gguf.hpp")
+#include "engine/tokenizer/bpe_tokenizer.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/tensor/tensor_types.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #define SEEDS_HAVE_GGUF 1
 #endif
 

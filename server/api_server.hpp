@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "engine/model.hpp"
-#include "engine/tokenizer.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "server/chat_template.hpp"
 #include "server/scheduler.hpp"
 

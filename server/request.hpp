@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.hpp"
+#include "engine/runtime/sampler.hpp"
 
 namespace turbokv::server {
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <optional>
 
-#include "engine/batch_forward.hpp"
-#include "engine/sampler.hpp"
+#include "engine/runtime/batch_forward.hpp"
+#include "engine/runtime/sampler.hpp"
 #include "server/prefix_cache.hpp"
 #include "server/text_stream.hpp"
 #include "turbokv/error.hpp"

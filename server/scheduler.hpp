@@ -38,8 +38,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/tokenizer.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "server/kv_budget.hpp"
 #include "server/request.hpp"
 #include "server/shared_prefixes.hpp"

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 #include "server/prefix_store.hpp"
 #include "server/prefix_value.hpp"
 #include "turbokv/prompt_cache.hpp"

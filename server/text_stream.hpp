@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 
 namespace turbokv::server {
 

@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/forward.hpp"
-#include "engine/model.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/model/model.hpp"
 #include "turbokv/dense_cache.hpp"
 
 namespace turbokv::test {

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/batch_forward.hpp"
-#include "engine/forward.hpp"
-#include "engine/matmul_kernels.hpp"
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/tensor_types.hpp"
+#include "engine/runtime/batch_forward.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/tensor/matmul_kernels.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/prompt_cache.hpp"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/bpe_tokenizer.hpp"
-#include "engine/gguf.hpp"
+#include "engine/tokenizer/bpe_tokenizer.hpp"
+#include "engine/model/gguf.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {

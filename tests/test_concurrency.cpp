@@ -1,4 +1,4 @@
-// Concurrency guarantees of kv_cache.hpp and engine/model.hpp, checked from several std::threads
+// Concurrency guarantees of kv_cache.hpp and engine/model/model.hpp, checked from several std::threads
 // at once (and under ThreadSanitizer by scripts/ci-sanitize.sh):
 //  - distinct caches of every class share no mutable state: appended/attended from different
 //    threads they give bit-identical results to a sequential run;
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/cache_config.hpp"
 #include "turbokv/cache_io.hpp"

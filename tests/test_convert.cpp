@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/gguf.hpp"
-#include "engine/gguf_convert.hpp"
-#include "engine/model.hpp"
-#include "engine/tokenizer.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/gguf_convert.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {

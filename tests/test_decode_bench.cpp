@@ -1,5 +1,5 @@
-// Random-weight models with real shapes (engine/synthetic_model.hpp) and the decode benchmark
-// (engine/evaluate_decode.hpp) on a tiny shape: shapes and byte counts of the named models,
+// Random-weight models with real shapes (engine/model/synthetic_model.hpp) and the decode benchmark
+// (engine/eval/evaluate_decode.hpp) on a tiny shape: shapes and byte counts of the named models,
 // determinism, weight statistics, finite forward passes, and the benchmark's rows, KV bytes
 // and JSON. Speed itself is measured by running the benchmark, not asserted here.
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <cstring>
 #include <set>
 
-#include "engine/evaluate_decode.hpp"
-#include "engine/forward.hpp"
-#include "engine/synthetic_model.hpp"
+#include "engine/eval/evaluate_decode.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/model/synthetic_model.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 

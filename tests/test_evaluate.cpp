@@ -1,4 +1,4 @@
-// Teacher-forced evaluation (engine/evaluate.hpp): the metrics on hand-checkable cases, the text
+// Teacher-forced evaluation (engine/eval/evaluate.hpp): the metrics on hand-checkable cases, the text
 // preparation the KJV model was trained with, windowing, and an end-to-end run on stories260K
 // over a short excerpt (dense caches agree with the fp32 reference, tq8 nearly so, narrower
 // widths measurably worse, bits/value from what the caches hold).
@@ -12,9 +12,9 @@
 #include <set>
 #include <sstream>
 
-#include "engine/evaluate.hpp"
-#include "engine/forward.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/eval/evaluate.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 

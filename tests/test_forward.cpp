@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/forward.hpp"
-#include "engine/model.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/model/model.hpp"
 #include "forward_reference.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"

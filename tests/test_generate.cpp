@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
-#include "engine/tokenizer.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/bpe_tokenizer.hpp"
+#include "engine/tokenizer/bpe_tokenizer.hpp"
 #include "forward_reference.hpp"
-#include "engine/gguf.hpp"
-#include "engine/gguf_convert.hpp"
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/gguf_convert.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 

@@ -10,11 +10,11 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/forward.hpp"
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
-#include "engine/tokenizer.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/sampler.hpp"
+#include "engine/runtime/sampler.hpp"
 #include "turbokv/error.hpp"
 
 using namespace turbokv::engine;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::engine {

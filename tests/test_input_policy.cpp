@@ -20,9 +20,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/gguf.hpp"
-#include "engine/model.hpp"
-#include "engine/tokenizer.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/baseline_caches.hpp"
 #include "turbokv/cache_config.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 #include "turbokv/error.hpp"
 
 using namespace turbokv::engine;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/matmul_kernels.hpp"
-#include "engine/tensor_types.hpp"
+#include "engine/tensor/matmul_kernels.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "turbokv/half.hpp"
 
 namespace turbokv::engine {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.hpp"
-#include "engine/gguf_convert.hpp"
-#include "engine/model.hpp"
-#include "engine/tensor_types.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/gguf_convert.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "forward_reference.hpp"
 
 namespace turbokv::engine {

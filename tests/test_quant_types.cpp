@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor_types.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/prefix_store.hpp"
 #include "server/prefix_store_redis.hpp"
 #include "server/prefix_value.hpp"

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/api_server.hpp"
 #include "server/kv_budget.hpp"
 #include "server/scheduler.hpp"

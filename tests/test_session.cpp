@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/matmul_kernels.hpp"
-#include "engine/tensor_types.hpp"
+#include "engine/tensor/matmul_kernels.hpp"
+#include "engine/tensor/tensor_types.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/thread_pool.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 #include "turbokv/error.hpp"
 
 using namespace turbokv::engine;

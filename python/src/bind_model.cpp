@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "binding.hpp"
-#include "engine/forward.hpp"
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/runtime/forward.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/thread_pool.hpp"
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "engine/sampler.hpp"
+#include "engine/runtime/sampler.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/turboquant_cache.hpp"
 #include "turbokv/version.hpp"

@@ -17,7 +17,7 @@ endfunction()
 
 run_checked(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --component devel)
 run_checked(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --component cli)
-foreach(f lib/libturbokv_core.a include/turbokv/turboquant_cache.hpp include/turbokv/engine/session.hpp
+foreach(f lib/libturbokv_core.a include/turbokv/turboquant_cache.hpp include/turbokv/engine/runtime/session.hpp
           lib/cmake/turbokv/turbokvConfig.cmake lib/pkgconfig/turbokv.pc bin/turbokv)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${f}")

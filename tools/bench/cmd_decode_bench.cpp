@@ -1,13 +1,13 @@
 // `turbokv decode-bench (--model PATH | --synthetic NAME) [--weights f32|f16|q8_0|q4_k|...] --context LIST
 // --kv LIST [--batch LIST] [--steps N] [--json]`: decode speed at long contexts with caches filled by synthetic
-// keys/values (issue 6; the method is described in engine/evaluate_decode.hpp).
+// keys/values (issue 6; the method is described in engine/eval/evaluate_decode.hpp).
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cstdio>
 
-#include "engine/evaluate_decode.hpp"
-#include "engine/synthetic_model.hpp"
+#include "engine/eval/evaluate_decode.hpp"
+#include "engine/model/synthetic_model.hpp"
 #include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
 

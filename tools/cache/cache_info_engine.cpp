@@ -1,6 +1,6 @@
-// cache-info's check of the engine.* metadata (engine/session_metadata.hpp): a cache a Session
+// cache-info's check of the engine.* metadata (engine/runtime/session_metadata.hpp): a cache a Session
 // saved must be one `generate --load-cache` accepts, as far as that can be told without the model.
-#include "engine/session_metadata.hpp"
+#include "engine/runtime/session_metadata.hpp"
 #include "tools/cache/cache_info_checks.hpp"
 
 namespace turbokv::tools {

@@ -1,6 +1,6 @@
 // `turbokv eval --model PATH [--tokenizer PATH] --text FILE [--ctx N] [--max-tokens N] --kv LIST
 // [--json]`: teacher-forced comparison of KV-cache configurations with the dense fp32 cache
-// (issue 6; the method is described in engine/evaluate.hpp).
+// (issue 6; the method is described in engine/eval/evaluate.hpp).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "engine/evaluate.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/eval/evaluate.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
 

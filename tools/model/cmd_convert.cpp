@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "engine/gguf_convert.hpp"
+#include "engine/model/gguf_convert.hpp"
 #include "tools/command_registry.hpp"
 
 namespace turbokv::tools {

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "engine/model.hpp"
-#include "engine/sampler.hpp"
-#include "engine/session.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/session.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "tools/command_registry.hpp"
 #include "tools/model/kv_flags.hpp"
 #include "turbokv/error.hpp"

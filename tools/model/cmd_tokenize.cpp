@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer_factory.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "tools/command_registry.hpp"
 
 namespace turbokv::tools {

@@ -23,10 +23,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/model.hpp"
-#include "engine/synthetic_model.hpp"
-#include "engine/synthetic_tokenizer.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/model.hpp"
+#include "engine/model/synthetic_model.hpp"
+#include "engine/tokenizer/synthetic_tokenizer.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/prefix_store_redis.hpp"
 #include "server/prefix_value.hpp"
 #include "server/scheduler.hpp"

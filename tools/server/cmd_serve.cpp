@@ -15,11 +15,11 @@
 #include <memory>
 #include <pthread.h>
 
-#include "engine/gguf.hpp"
-#include "engine/model.hpp"
-#include "engine/synthetic_model.hpp"
-#include "engine/synthetic_tokenizer.hpp"
-#include "engine/tokenizer_factory.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/model.hpp"
+#include "engine/model/synthetic_model.hpp"
+#include "engine/tokenizer/synthetic_tokenizer.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/api_server.hpp"
 #include "server/prefix_store_redis.hpp"
 #include "server/scheduler.hpp"

@@ -1,0 +1,81 @@
+#include "engine/model/model_config.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "turbokv/error.hpp"
+
+namespace turbokv::engine {
+
+namespace {
+
+void check_range(const char* field, long long value, long long lo, long long hi) {
+  if (value < lo || value > hi) {
+    throw Error(fmt::format("model config: {} = {} outside [{}, {}]", field, value, lo, hi));
+  }
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
+    throw Error(fmt::format("model config: unsupported architecture '{}' (llama, qwen2, qwen3)", arch));
+  }
+  check_range("dim", dim, 1, 1 << 16);
+  check_range("hidden_dim", hidden_dim, 1, 1 << 18);
+  check_range("n_layers", n_layers, 1, 1024);
+  check_range("n_heads", n_heads, 1, 1024);
+  check_range("n_kv_heads", n_kv_heads, 1, n_heads);
+  if (n_heads % n_kv_heads != 0) {
+    throw Error(fmt::format("model config: n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads));
+  }
+  check_range("head_dim", head_dim, 2, 8192);
+  if (head_dim % 2 != 0) throw Error(fmt::format("model config: head_dim {} is odd (RoPE rotates pairs)", head_dim));
+  check_range("vocab_size", vocab_size, 1, 1 << 22);
+  check_range("seq_len", seq_len, 1, 1 << 24);
+  check_range("bos_id", bos_id, 0, vocab_size - 1);
+  check_range("eos_id", eos_id, -1, vocab_size - 1);
+  if (!(norm_eps > 0.0f && norm_eps < 1.0f)) throw Error(fmt::format("model config: norm_eps {} outside (0, 1)", norm_eps));
+  if (!(rope_theta > 1.0f && std::isfinite(rope_theta))) {
+    throw Error(fmt::format("model config: rope_theta {} must be finite and > 1", rope_theta));
+  }
+  if (!rope_freq_factors.empty()) {
+    if (static_cast<int>(rope_freq_factors.size()) != head_dim / 2) {
+      throw Error(fmt::format("model config: {} rope frequency factors for head_dim {} (need {})",
+                              rope_freq_factors.size(), head_dim, head_dim / 2));
+    }
+    for (const float f : rope_freq_factors) {
+      if (!(f > 0.0f && std::isfinite(f))) throw Error(fmt::format("model config: rope frequency factor {} not positive", f));
+    }
+  }
+}
+
+std::vector<float> llama3_rope_freq_factors(int head_dim, float rope_theta, float factor,
+                                            float low_freq_factor, float high_freq_factor,
+                                            int original_context_length) {
+  if (head_dim < 2 || head_dim % 2 != 0 || !(factor >= 1.0f) || !(low_freq_factor > 0.0f) ||
+      !(high_freq_factor > low_freq_factor) || original_context_length <= 0) {
+    throw Error("llama3_rope_freq_factors: invalid scaling parameters");
+  }
+  const double pi = 3.14159265358979323846;
+  const double low_freq_wavelen = original_context_length / low_freq_factor;
+  const double high_freq_wavelen = original_context_length / high_freq_factor;
+  std::vector<float> factors(static_cast<size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(rope_theta), -2.0 * i / head_dim);
+    const double wavelen = 2.0 * pi / freq;
+    double scaled = freq;
+    if (wavelen > low_freq_wavelen) {
+      scaled = freq / factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const double smooth = (original_context_length / wavelen - low_freq_factor) /
+                            (high_freq_factor - low_freq_factor);
+      scaled = (1.0 - smooth) * freq / factor + smooth * freq;
+    }
+    factors[static_cast<size_t>(i)] = static_cast<float>(freq / scaled);
+  }
+  return factors;
+}
+
+}  // namespace turbokv::engine

@@ -1,0 +1,85 @@
+// The per-row operations of the Llama-family forward pass, shared by Forward (one sequence) and
+// BatchForward (many sequences in one step), so both compute a row the same way.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "engine/model/model_config.hpp"
+
+namespace turbokv::engine::ops {
+
+// out = weight * x / rms(x), as llama2.c's rmsnorm (eps inside the root).
+inline void rmsnorm(float* out, const float* x, const float* weight, int size, float eps) {
+  double ss = 0.0;
+  for (int i = 0; i < size; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / size) + eps);
+  for (int i = 0; i < size; ++i) out[i] = weight[i] * (scale * x[i]);
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// [n][heads][head_dim] -> [heads][n][head_dim] (the cache and attention layout), and back.
+inline void to_head_major(const float* in, int n, int heads, int head_dim, float* out) {
+  for (int t = 0; t < n; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* src = in + (static_cast<size_t>(t) * heads + h) * head_dim;
+      float* dst = out + (static_cast<size_t>(h) * n + t) * head_dim;
+      std::copy(src, src + head_dim, dst);
+    }
+  }
+}
+
+inline void to_token_major(const float* in, int n, int heads, int head_dim, float* out) {
+  for (int h = 0; h < heads; ++h) {
+    for (int t = 0; t < n; ++t) {
+      const float* src = in + (static_cast<size_t>(h) * n + t) * head_dim;
+      float* dst = out + (static_cast<size_t>(t) * heads + h) * head_dim;
+      std::copy(src, src + head_dim, dst);
+    }
+  }
+}
+
+// Rotary position embedding with the model's frequencies (and any Llama 3 scaling).
+class Rope {
+ public:
+  explicit Rope(const ModelConfig& c) : head_dim_(c.head_dim), neox_(c.rope_neox) {
+    // Same float arithmetic as llama2.c (powf in float), so its checkpoints reproduce exactly.
+    inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
+    for (int i = 0; i < c.head_dim / 2; ++i) {
+      float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+      if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
+      inv_freq_[static_cast<size_t>(i)] = freq;
+    }
+  }
+
+  // Rotates n_heads heads of vec (head-contiguous) for position pos.
+  void apply(float* vec, int n_heads, size_t pos) const {
+    const int half = head_dim_ / 2;
+    const float p = static_cast<float>(pos);
+    for (int i = 0; i < half; ++i) {
+      const float angle = p * inv_freq_[static_cast<size_t>(i)];
+      const float c = std::cos(angle);
+      const float s = std::sin(angle);
+      // Adjacent pairs (2i, 2i+1) for llama; halves (i, i + hd/2) for NeoX-style models.
+      const int a = neox_ ? i : 2 * i;
+      const int b = neox_ ? i + half : 2 * i + 1;
+      for (int h = 0; h < n_heads; ++h) {
+        float* head = vec + static_cast<size_t>(h) * head_dim_;
+        const float v0 = head[a];
+        const float v1 = head[b];
+        head[a] = v0 * c - v1 * s;
+        head[b] = v0 * s + v1 * c;
+      }
+    }
+  }
+
+ private:
+  int head_dim_;
+  bool neox_;
+  std::vector<float> inv_freq_;  // per rotary pair, after any frequency scaling
+};
+
+}  // namespace turbokv::engine::ops

@@ -1,0 +1,92 @@
+// Tokenizers: text <-> token ids.
+//
+// Tokenizer is the interface the engine and the tools use; two implementations:
+//   SentencePieceTokenizer - the score-driven BPE of llama2.c's tokenizer.bin and of GGUF files
+//                            with tokenizer.ggml.model == "llama" (Llama 1/2 vocabularies);
+//   BpeTokenizer           - byte-level BPE (GPT-2 style: Llama 3, Qwen), engine/tokenizer/bpe_tokenizer.hpp.
+// load_tokenizer() (tokenizer_factory.hpp) picks the right one for a model file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace turbokv::engine {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Token ids of `text`, with BOS first if `bos` (and EOS last if `eos`).
+  virtual std::vector<int> encode(std::string_view text, bool bos, bool eos = false) const = 0;
+  // The bytes token `id` stands for (byte tokens give their single byte); throws
+  // turbokv::Error for an id outside [0, vocab_size()).
+  virtual std::string decode(int id) const = 0;
+  // Streaming form: what to print for `id` when it follows `prev` (SentencePiece drops the
+  // leading space of the first piece after BOS, as llama2.c does).
+  virtual std::string decode(int prev, int id) const { (void)prev; return decode(id); }
+  // Text of a whole sequence (the streaming form applied token by token; BOS and EOS add
+  // nothing).
+  std::string decode_all(std::span<const int> ids) const;
+
+  virtual int vocab_size() const = 0;
+  virtual int bos_id() const = 0;
+  virtual int eos_id() const = 0;
+  // Tokens that end a generation (EOS and, for chat models, end-of-turn tokens).
+  virtual bool is_end_of_generation(int id) const { return id == eos_id(); }
+};
+
+// llama2.c's encoder: a dummy-prefix space, UTF-8 code points looked up whole (falling back
+// to one byte token per byte), then repeated merging of the adjacent pair whose merged piece
+// has the highest score (leftmost on ties) until no merge is in the vocabulary.
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  // pieces[i] is token i's text (spaces as ' '; GGUF's U+2581 is mapped to ' ' by the
+  // loaders), scores[i] its merge priority. Byte tokens are pieces of the form "<0xXX>".
+  // Throws turbokv::Error on inconsistent sizes or ids.
+  SentencePieceTokenizer(std::vector<std::string> pieces, std::vector<float> scores, int bos_id,
+                         int eos_id, bool add_dummy_prefix = true);
+
+  std::vector<int> encode(std::string_view text, bool bos, bool eos = false) const override;
+  std::string decode(int id) const override;
+  std::string decode(int prev, int id) const override;
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  int bos_id() const override { return bos_id_; }
+  int eos_id() const override { return eos_id_; }
+  // EOS, or BOS: llama2.c models mark the end of a text by starting the next one.
+  bool is_end_of_generation(int id) const override { return id == eos_id_ || id == bos_id_; }
+
+  const std::string& piece(int id) const;
+  float score(int id) const;
+  // Id of the exact piece, or -1.
+  int find(std::string_view piece) const;
+  // Largest piece length in bytes (llama2.c's max_token_length).
+  int max_piece_length() const { return max_piece_length_; }
+
+ private:
+  void check_id(int id) const;
+
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::unordered_map<std::string_view, int> index_;  // views into pieces_
+  int byte_ids_[256];                                // id of "<0xXX>", or -1
+  std::vector<int16_t> byte_value_;                  // per id: byte value of a byte token or -1
+  int bos_id_;
+  int eos_id_;
+  bool add_dummy_prefix_;
+  int max_piece_length_ = 0;
+};
+
+// Reads llama2.c's tokenizer.bin: int32 max_token_length, then per token float32 score,
+// int32 length, `length` bytes. With expected_vocab > 0 exactly that many tokens are read
+// (llama2.c takes the count from the model header) and the file must end there; otherwise
+// tokens are read until the end of the file. BOS is 1, EOS 2. Throws turbokv::Error naming
+// the field on a truncated or malformed file.
+std::unique_ptr<SentencePieceTokenizer> load_llama2c_tokenizer(const std::string& path,
+                                                               int expected_vocab = 0);
+
+}  // namespace turbokv::engine
