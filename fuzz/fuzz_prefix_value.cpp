@@ -1,4 +1,4 @@
-// Fuzzes the shared prefix store's value decoder (server/prefix_value.hpp): a value read from
+// Fuzzes the shared prefix store's value decoder (server/prefix/prefix_value.hpp): a value read from
 // Redis is untrusted input. The first input byte picks how the rest is checked, so the fuzzer
 // gets past the outer checksum and identity to the token list and the payload:
 //   bit 0: rewrite the trailing checksum to match (a forged or self-consistent value);
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "server/prefix_value.hpp"
+#include "server/prefix/prefix_value.hpp"
 #include "turbokv/checksum.hpp"
 #include "turbokv/error.hpp"
 

@@ -1,6 +1,6 @@
 // Writes the fuzz seed corpora, fuzz/corpus/<target>/: small valid files made with the project's
 // own writers (valid_*) and broken variants of them (broken_*: truncated, corrupted fields, a
-// newer format version). tests/test_broken_files_cli.cpp runs the CLI on every broken_* file.
+// newer format version). tests/cli/test_broken_files_cli.cpp runs the CLI on every broken_* file.
 //
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus
 //
@@ -34,7 +34,7 @@
 #include "engine/tokenizer/tokenizer.hpp"
 #endif
 #include "cache_roundtrip_input.hpp"
-#include "server/prefix_value.hpp"
+#include "server/prefix/prefix_value.hpp"
 #if __has_include("turbokv/codec.hpp")
 #include "turbokv/codec.hpp"
 #include "codec_input.hpp"

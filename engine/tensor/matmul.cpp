@@ -137,7 +137,7 @@ Q8Activations quantize_activations(const float* x, int64_t cols, size_t n, bool 
   const size_t stride = row_bytes(GgmlType::Q8_0, cols);
   const size_t blocks = static_cast<size_t>(cols) / 32;
   bytes.resize(stride * n);
-  // The AVX2 quantizer gives quantize_row's bits (tests/test_matmul_rowwise_tiles.cpp).
+  // The AVX2 quantizer gives quantize_row's bits (tests/engine/test_matmul_rowwise_tiles.cpp).
   const bool simd = !g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available();
   for (size_t t = 0; t < n; ++t) {
     if (simd) {

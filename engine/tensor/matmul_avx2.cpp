@@ -356,7 +356,7 @@ TKV_AVX2 inline void store_i8x16(__m128i q, __m256 d, float* out) {
 }
 
 // Q4_K rows decoded for matmul's float tiles: d * sc * q - dmin * m, the scalar decoder's
-// multiply and subtract (same values; tests/test_tensor_types.cpp compares them).
+// multiply and subtract (same values; tests/engine/test_tensor_types.cpp compares them).
 TKV_AVX2 void decode_q4_k(const uint8_t* row, int64_t cols, float* out) {
   const __m256i low_mask = _mm256_set1_epi8(15);
   for (int64_t b = 0; b < cols / 256; ++b, row += 144, out += 256) {

@@ -2,7 +2,7 @@
 // quantized activation rows at once, so each block of weights is loaded and its sign taken once
 // for the four. Each of the four results is computed with exactly the operations, in exactly
 // the order, of dot_q8_row_q8_0 (matmul_avx2.cpp) on that activation alone — so batching
-// changes no bit of any row (tests/test_batch_forward.cpp checks it against matvec).
+// changes no bit of any row (tests/engine/test_batch_forward.cpp checks it against matvec).
 #include "engine/tensor/matmul_kernels.hpp"
 
 #include "engine/tensor/matmul_avx2_common.hpp"

@@ -10,7 +10,7 @@
 // two fp16 values have 11-bit significands). A missing odd block at the end of a row is packed
 // as zeros (scale 0 and values 0), which adds +0.0 to an accumulator that is never -0.0 (it
 // starts at +0.0, and a rounded-to-nearest sum is -0.0 only when both addends are), so it
-// changes nothing. tests/test_matmul_rowwise_tiles.cpp checks the bits against matvec and
+// changes nothing. tests/engine/test_matmul_rowwise_tiles.cpp checks the bits against matvec and
 // against a scalar model of the lanes, at odd sizes and integer extremes.
 //
 // Why it is faster than the 256-bit four-activation kernel: each loaded weight pair feeds four

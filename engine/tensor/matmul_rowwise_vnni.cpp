@@ -4,7 +4,7 @@
 // Same bits as the AVX2 kernel (matmul_rowwise_avx2.cpp): there, each block yields eight int32
 // sums of four byte products (maddubs then madd); here vpdpbusd yields the same eight sums, and
 // integer sums are exact either way. The float operations after them are the AVX2 kernel's, in
-// its order. So which kernel a machine runs changes no result (tests/test_batch_forward.cpp
+// its order. So which kernel a machine runs changes no result (tests/engine/test_batch_forward.cpp
 // compares the two bit for bit).
 //
 // vpdpbusd multiplies unsigned by signed bytes. The activations come offset by 128 (x ^ 0x80,

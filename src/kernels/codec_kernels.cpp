@@ -1,7 +1,7 @@
 // Highway SIMD kernels of the codec's hot loops, compiled for every attainable x86 target and
 // chosen at runtime (HWY_DYNAMIC_DISPATCH, once per call). Each kernel performs exactly the float
 // operations of its scalar reference (src/core/codec_reference.cpp) in the same per-element
-// order, so results are bit-identical; tests/test_codec_simd.cpp checks this on every target.
+// order, so results are bit-identical; tests/core/test_codec_simd.cpp checks this on every target.
 //
 // Vectors are capped at 8 lanes: a group of 8 codes then fills whole vectors, so packing and
 // unpacking (bits <= 4: one 32-bit word per group of 8 codes) need no cross-group shuffles.

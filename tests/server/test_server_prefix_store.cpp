@@ -14,11 +14,11 @@
 
 #include "engine/model/model.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
-#include "server/prefix_store.hpp"
-#include "server/prefix_store_redis.hpp"
-#include "server/prefix_value.hpp"
-#include "server/scheduler.hpp"
-#include "server/shared_prefixes.hpp"
+#include "server/prefix/prefix_store.hpp"
+#include "server/prefix/prefix_store_redis.hpp"
+#include "server/prefix/prefix_value.hpp"
+#include "server/scheduling/scheduler.hpp"
+#include "server/prefix/shared_prefixes.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {

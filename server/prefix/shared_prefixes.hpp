@@ -3,7 +3,7 @@
 // After a replica computes a prompt prefix that ends on a block boundary (a page: the points
 // where the in-process prefix cache takes its snapshots), offer() serializes that prefix's
 // caches (the compressed codes, with the window and sinks they hold) into one value
-// (server/prefix_value.hpp) and queues it for the store under the key of its last block. A new
+// (server/prefix/prefix_value.hpp) and queues it for the store under the key of its last block. A new
 // request's lookup() asks for every block boundary of its prompt in one pipelined round trip,
 // fetches the longest one present, checks it (checksum, identity, tokens, shapes, every layer's
 // cache class and options) and returns it ready to run; the scheduler computes only the rest.
@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "engine/model/model.hpp"
-#include "server/prefix_store.hpp"
-#include "server/prefix_value.hpp"
+#include "server/prefix/prefix_store.hpp"
+#include "server/prefix/prefix_value.hpp"
 #include "turbokv/prompt_cache.hpp"
 
 namespace turbokv::server {

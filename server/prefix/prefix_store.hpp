@@ -1,5 +1,5 @@
 // PrefixStore: the key-value store a shared prefix tier lives in (Redis in production:
-// server/prefix_store_redis.hpp; MemoryPrefixStore for tests), behind the narrow interface the
+// server/prefix/prefix_store_redis.hpp; MemoryPrefixStore for tests), behind the narrow interface the
 // tier needs, so the scheduler is testable without a network.
 //
 // Contract: exists() and get() are the lookup path (called from HTTP threads, never from the

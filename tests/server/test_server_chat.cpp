@@ -2,7 +2,7 @@
 // (written out here from the published formats, not from the renderer).
 #include <gtest/gtest.h>
 
-#include "server/chat_template.hpp"
+#include "server/text/chat_template.hpp"
 
 namespace turbokv::server {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "server/connection_probe.hpp"
+#include "server/http/connection_probe.hpp"
 
 namespace turbokv::server {
 namespace {

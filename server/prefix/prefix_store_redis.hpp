@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/prefix_store.hpp"
+#include "server/prefix/prefix_store.hpp"
 
 struct redisContext;
 

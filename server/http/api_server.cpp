@@ -1,4 +1,4 @@
-#include "server/api_server.hpp"
+#include "server/http/api_server.hpp"
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -8,8 +8,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "server/connection_probe.hpp"
-#include "server/openai_request.hpp"
+#include "server/http/connection_probe.hpp"
+#include "server/http/openai_request.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {

@@ -1,4 +1,4 @@
-#include "server/text_stream.hpp"
+#include "server/text/text_stream.hpp"
 
 #include <algorithm>
 

@@ -13,10 +13,10 @@
 
 #include "engine/model/model.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
-#include "server/api_server.hpp"
-#include "server/kv_budget.hpp"
-#include "server/scheduler.hpp"
-#include "server/text_stream.hpp"
+#include "server/http/api_server.hpp"
+#include "server/scheduling/kv_budget.hpp"
+#include "server/scheduling/scheduler.hpp"
+#include "server/text/text_stream.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {

@@ -1,4 +1,4 @@
-#include "server/prefix_store_redis.hpp"
+#include "server/prefix/prefix_store_redis.hpp"
 
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>

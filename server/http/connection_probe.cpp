@@ -1,4 +1,4 @@
-#include "server/connection_probe.hpp"
+#include "server/http/connection_probe.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -1,4 +1,4 @@
-#include "server/openai_request.hpp"
+#include "server/http/openai_request.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "server/prefix_store.hpp"
+#include "server/prefix/prefix_store.hpp"
 
 namespace turbokv::server {
 

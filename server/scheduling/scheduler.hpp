@@ -40,9 +40,9 @@
 
 #include "engine/model/model.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
-#include "server/kv_budget.hpp"
-#include "server/request.hpp"
-#include "server/shared_prefixes.hpp"
+#include "server/scheduling/kv_budget.hpp"
+#include "server/scheduling/request.hpp"
+#include "server/prefix/shared_prefixes.hpp"
 #include "turbokv/prompt_cache.hpp"
 
 namespace turbokv::server {
@@ -60,7 +60,7 @@ struct SchedulerOptions {
   size_t page_tokens = 32;
   size_t step_tokens = 128;     // rows per step at most (decode tokens + prompt chunks)
   bool prefix_cache = true;
-  // The tier shared with other replicas (server/shared_prefixes.hpp): null for none. Blocks are
+  // The tier shared with other replicas (server/prefix/shared_prefixes.hpp): null for none. Blocks are
   // pages.
   std::shared_ptr<PrefixStore> prefix_store;
 };

@@ -18,8 +18,8 @@
 
 #include "engine/model/model.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
-#include "server/chat_template.hpp"
-#include "server/scheduler.hpp"
+#include "server/text/chat_template.hpp"
+#include "server/scheduling/scheduler.hpp"
 
 namespace httplib {
 class Server;

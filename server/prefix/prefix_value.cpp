@@ -1,4 +1,4 @@
-#include "server/prefix_value.hpp"
+#include "server/prefix/prefix_value.hpp"
 
 #include <fmt/format.h>
 

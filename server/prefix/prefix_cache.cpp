@@ -1,4 +1,4 @@
-#include "server/prefix_cache.hpp"
+#include "server/prefix/prefix_cache.hpp"
 
 #include <fmt/format.h>
 

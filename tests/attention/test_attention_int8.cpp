@@ -458,7 +458,7 @@ TEST(AttentionInt8, CacheOptionSelectsTheIntegerPath) {
   EXPECT_GT(rel_l2(a, c), 0.0);
 }
 
-// The input policy of every path (tests/test_input_policy.cpp): a non-finite query is the
+// The input policy of every path (tests/core/test_input_policy.cpp): a non-finite query is the
 // caller's problem, but it must not crash or touch the other heads' outputs.
 TEST(AttentionInt8, NonFiniteQueryTouchesOnlyItsHead) {
   std::mt19937 rng(8);

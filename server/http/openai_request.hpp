@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server/chat_template.hpp"
-#include "server/request.hpp"
+#include "server/text/chat_template.hpp"
+#include "server/scheduling/request.hpp"
 
 namespace turbokv::server {
 

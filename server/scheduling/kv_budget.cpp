@@ -1,4 +1,4 @@
-#include "server/kv_budget.hpp"
+#include "server/scheduling/kv_budget.hpp"
 
 #include <algorithm>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "server/scheduler.hpp"
+#include "server/scheduling/scheduler.hpp"
 
 #include <fmt/format.h>
 
@@ -8,8 +8,8 @@
 
 #include "engine/runtime/batch_forward.hpp"
 #include "engine/runtime/sampler.hpp"
-#include "server/prefix_cache.hpp"
-#include "server/text_stream.hpp"
+#include "server/prefix/prefix_cache.hpp"
+#include "server/text/text_stream.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/thread_pool.hpp"
 

@@ -1,4 +1,4 @@
-#include "server/chat_template.hpp"
+#include "server/text/chat_template.hpp"
 
 namespace turbokv::server {
 

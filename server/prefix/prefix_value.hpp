@@ -1,4 +1,4 @@
-// The keys and values of the shared prefix tier (server/shared_prefixes.hpp): what a replica
+// The keys and values of the shared prefix tier (server/prefix/shared_prefixes.hpp): what a replica
 // writes to the store after computing a prompt prefix and what another replica reads back.
 //
 // Key: "tkv:p1:" + 16 hex digits of a chain hash. The chain starts from the identity (model

@@ -1,4 +1,4 @@
-#include "server/shared_prefixes.hpp"
+#include "server/prefix/shared_prefixes.hpp"
 
 #include <fmt/format.h>
 
