@@ -287,6 +287,9 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
   if (n < 0) throw Error(fmt::format("matmul_rowwise: negative batch size {}", n));
   const size_t stride = checked_stride(w, "matmul_rowwise");
   if (n == 0 || w.rows == 0) return;
+  // One activation (the server's single-sequence step): matvec, whose kernels give these rows'
+  // bits too and include the 512-bit Q8_0 one.
+  if (n == 1) return matvec(w, x, y, pool);
   const detail::RowKernels k = kernels_for(w.type);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t cols = w.cols;
