@@ -317,6 +317,32 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     if (vnni && batch >= 8 && g_use_avx512.load(std::memory_order_relaxed) && detail::avx512_tile_available()) {
       return detail::matmul_q8_0_avx512(base, stride, rows, cols, xq, q8_stride, batch, y, pool);
     }
+    // Q8_0 batches below the tiles' 8 with AVX-512 VNNI: matvec's 512-bit kernel, one weight row
+    // against up to four activations at a time (same bits again).
+    if (w.type == GgmlType::Q8_0 && batch < 8 && use_avx512_matvec()) {
+      thread_local std::vector<std::vector<detail::MatvecActivationPair>> packed;
+      packed.resize(batch);
+      std::vector<const detail::MatvecActivationPair*> xp(batch);
+      for (size_t t = 0; t < batch; ++t) {
+        detail::pack_matvec_activation(xq + t * q8_stride, cols, packed[t]);
+        xp[t] = packed[t].data();
+      }
+      pool.parallel_for(
+          rows,
+          [&](size_t begin, size_t end) {
+            for (size_t r = begin; r < end; ++r) {
+              const uint8_t* row = base + r * stride;
+              for (size_t t = 0; t < batch; t += 4) {
+                const int here = static_cast<int>(std::min<size_t>(4, batch - t));
+                float out[4];
+                detail::dot_q8_0_n_avx512(row, xp.data() + t, here, cols, out);
+                for (int i = 0; i < here; ++i) y[(t + i) * rows + r] = out[i];
+              }
+            }
+          },
+          min_chunk);
+      return;
+    }
     thread_local std::vector<uint8_t> x_offset;
     if (vnni) {
       x_offset.assign(xq, xq + q8_stride * batch);

@@ -72,6 +72,10 @@ void pack_matvec_activation(const uint8_t* xq, int64_t cols, std::vector<MatvecA
 // One Q8_0 weight row against the packed activation: bit for bit dot_q8_row_q8_0's result, on
 // 512-bit vectors. Only where avx512_tile_available().
 float dot_q8_0_avx512(const uint8_t* row, const MatvecActivationPair* x, int64_t cols);
+// The same row against n packed activations at once, n in [1, 4] (the weights loaded once for
+// all): out[t] is bit for bit dot_q8_0_avx512(row, x[t], cols). For matmul_rowwise's batches
+// below the tile kernel's 8.
+void dot_q8_0_n_avx512(const uint8_t* row, const MatvecActivationPair* const* x, int n, int64_t cols, float* out);
 // One row of cols floats to Q8_0 blocks, bit for bit quantize_row(Q8_0) (quantize_q8_0_avx2.cpp).
 // AVX2 machines only.
 void quantize_row_q8_0_avx2(const float* x, int64_t cols, uint8_t* dst);

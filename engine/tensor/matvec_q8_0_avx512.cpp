@@ -1,5 +1,7 @@
-// matvec's Q8_0 kernel on 512-bit vectors with AVX512-VNNI: one activation, a block pair per
-// step, for CPUs that have it (chosen at run time; TURBOKV_NO_AVX512 turns it off).
+// matvec's Q8_0 kernel on 512-bit vectors with AVX512-VNNI: a block pair per step, for CPUs that
+// have it (chosen at run time; TURBOKV_NO_AVX512 turns it off). One activation for matvec; up to
+// four for matmul_rowwise's batches below the tile kernel's 8 (the server's small steps), each
+// loaded weight pair feeding all of them.
 //
 // Why: decode reads every weight once per token, and a kernel's rate is set by how many loads it
 // keeps in flight, i.e. by how few instructions it spends per byte. The AVX2 kernel
@@ -70,30 +72,63 @@ TKV_AVX512 void pack_matvec_activation(const uint8_t* xq, int64_t cols, std::vec
   }
 }
 
-TKV_AVX512 float dot_q8_0_avx512(const uint8_t* row, const MatvecActivationPair* x, int64_t cols) {
+namespace {
+
+// N activations (1 to 4) against one row, the row's pair loaded once for all.
+template <int N>
+TKV_AVX512 inline void dot_q8_0_n(const uint8_t* row, const MatvecActivationPair* const* x, int64_t cols, float* out) {
   const int64_t blocks = cols / 32;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2, row += 68, ++x) {
+  size_t p = 0;
+  for (; b + 2 <= blocks; b += 2, row += 68, ++p) {
     avx2::prefetch_weights(row);
     const __m256i w0 = avx2::load_q8_values(row);
     const __m256i w1 = avx2::load_q8_values(row + 34);
     const __m512i w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1), flip);
-    const __m512i sums = _mm512_dpbusd_epi32(_mm512_load_si512(x->start), w, _mm512_load_si512(x->values));
     const __m512 dw = halves(_mm256_set1_ps(avx2::load_half(row)), _mm256_set1_ps(avx2::load_half(row + 34)));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(x->scale)), _mm512_cvtepi32_ps(sums), acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < N; ++t) {
+      const MatvecActivationPair& xp = x[t][p];
+      const __m512i sums = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start), w, _mm512_load_si512(xp.values));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(xp.scale)), _mm512_cvtepi32_ps(sums), acc[t]);
+    }
   }
-  __m256 even = _mm512_castps512_ps256(acc);
-  const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  if (b < blocks) {  // an odd count: the last, even block on the low half
-    const __m256i w = _mm256_xor_si256(avx2::load_q8_values(row), _mm256_set1_epi8(static_cast<char>(0x80)));
-    const __m256i sums = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(x->start)), w,
-                                             _mm256_load_si256(reinterpret_cast<const __m256i*>(x->values)));
-    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(avx2::load_half(row)), _mm256_load_ps(x->scale));
-    even = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), even);
+  const bool tail = b < blocks;  // an odd count: the last, even block on the low halves
+  const __m256i w_tail =
+      tail ? _mm256_xor_si256(avx2::load_q8_values(row), _mm256_set1_epi8(static_cast<char>(0x80))) : _mm256_setzero_si256();
+  const __m256 dw_tail = _mm256_set1_ps(tail ? avx2::load_half(row) : 0.0f);
+  for (int t = 0; t < N; ++t) {
+    __m256 even = _mm512_castps512_ps256(acc[t]);
+    const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1));
+    if (tail) {
+      const MatvecActivationPair& xp = x[t][p];
+      const __m256i sums = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(xp.start)), w_tail,
+                                               _mm256_load_si256(reinterpret_cast<const __m256i*>(xp.values)));
+      even = _mm256_fmadd_ps(_mm256_mul_ps(dw_tail, _mm256_load_ps(xp.scale)), _mm256_cvtepi32_ps(sums), even);
+    }
+    out[t] = avx2::hsum(_mm256_add_ps(even, odd));
   }
-  return avx2::hsum(_mm256_add_ps(even, odd));
+}
+
+}  // namespace
+
+TKV_AVX512 float dot_q8_0_avx512(const uint8_t* row, const MatvecActivationPair* x, int64_t cols) {
+  float out;
+  dot_q8_0_n<1>(row, &x, cols, &out);
+  return out;
+}
+
+TKV_AVX512 void dot_q8_0_n_avx512(const uint8_t* row, const MatvecActivationPair* const* x, int n, int64_t cols,
+                                  float* out) {
+  switch (n) {
+    case 1: return dot_q8_0_n<1>(row, x, cols, out);
+    case 2: return dot_q8_0_n<2>(row, x, cols, out);
+    case 3: return dot_q8_0_n<3>(row, x, cols, out);
+    default: return dot_q8_0_n<4>(row, x, cols, out);
+  }
 }
 
 }  // namespace turbokv::engine::detail
@@ -103,6 +138,7 @@ TKV_AVX512 float dot_q8_0_avx512(const uint8_t* row, const MatvecActivationPair*
 namespace turbokv::engine::detail {
 void pack_matvec_activation(const uint8_t*, int64_t, std::vector<MatvecActivationPair>&) {}
 float dot_q8_0_avx512(const uint8_t*, const MatvecActivationPair*, int64_t) { return 0.0f; }
+void dot_q8_0_n_avx512(const uint8_t*, const MatvecActivationPair* const*, int, int64_t, float*) {}
 }  // namespace turbokv::engine::detail
 
 #endif

@@ -90,8 +90,19 @@ std::vector<float> random_activations(int64_t n, int64_t cols, std::mt19937& rng
 struct KernelChoice {
   const char* name;
   bool vnni;
-  bool avx512;
+  bool avx512;     // the register tiles (batches of 8 and more)
+  bool matvec512;  // matvec's 512-bit kernel (one activation, and batches below 8 by fours)
 };
+
+// The 256-bit AVX2 and VNNI kernels alone, then everything AVX-512 adds.
+const KernelChoice kChoices[] = {
+    {"avx2", false, false, false}, {"vnni256", true, false, false}, {"avx512", true, true, true}};
+
+void use_kernels(const KernelChoice& k) {
+  use_vnni_kernels(k.vnni);
+  use_avx512_tile_kernel(k.avx512);
+  use_avx512_matvec_kernel(k.matvec512);
+}
 
 class Q8_0Kernels : public ::testing::Test {
  protected:
@@ -143,7 +154,6 @@ TEST_F(Q8_0Kernels, EveryBatchedKernelGivesTheLaneModelsBits) {
   RecordProperty("vnni_available", detail::vnni_available() ? "yes" : "no");
   std::mt19937 rng(202);
   ThreadPool pool1(1), pool2(2);
-  const KernelChoice choices[] = {{"avx2", false, false}, {"vnni256", true, false}, {"avx512 tiles", true, true}};
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 32}, {5, 96}, {37, 352}, {70, 1056}, {9, 2080}}) {
     const size_t stride = row_bytes(GgmlType::Q8_0, cols);
     const auto w = random_q8_0_weights(rows, cols, rng);
@@ -158,9 +168,8 @@ TEST_F(Q8_0Kernels, EveryBatchedKernelGivesTheLaneModelsBits) {
           expected[t * rows + r] = q8_0_lane_model(w.data() + r * stride, xq.data() + t * stride, cols);
         }
       }
-      for (const KernelChoice& k : choices) {
-        use_vnni_kernels(k.vnni);
-        use_avx512_tile_kernel(k.avx512);
+      for (const KernelChoice& k : kChoices) {
+        use_kernels(k);
         for (ThreadPool* pool : {&pool1, &pool2}) {
           std::vector<float> y(expected.size(), NAN);
           matmul_rowwise(wm, x.data(), n, y.data(), *pool);
@@ -207,22 +216,24 @@ TEST_F(Q8_0Kernels, NonFiniteActivationsGiveMatvecsBits) {
   if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
   std::mt19937 rng(303);
   ThreadPool pool(2), pool1(1);
-  const int64_t rows = 13, cols = 160, n = 9;
+  const int64_t rows = 13, cols = 160;
   const auto w = random_q8_0_weights(rows, cols, rng);
   const WeightMatrix wm{GgmlType::Q8_0, rows, cols, w.data()};
-  auto x = random_activations(n, cols, rng);
-  x[3] = INFINITY;
-  x[cols + 40] = -INFINITY;
-  x[2 * cols + 77] = NAN;
-  for (const KernelChoice& k : {KernelChoice{"avx2", false, false}, {"vnni256", true, false}, {"avx512 tiles", true, true}}) {
-    use_vnni_kernels(k.vnni);
-    use_avx512_tile_kernel(k.avx512);
-    std::vector<float> y(static_cast<size_t>(n * rows));
-    matmul_rowwise(wm, x.data(), n, y.data(), pool);
-    for (int64_t t = 0; t < n; ++t) {
-      std::vector<float> alone(static_cast<size_t>(rows));
-      matvec(wm, x.data() + t * cols, alone.data(), pool1);
-      EXPECT_TRUE(same_bits(alone.data(), y.data() + t * rows, static_cast<size_t>(rows))) << k.name << " batch row " << t;
+  for (const int64_t n : {5, 9}) {  // below and at the tiles' batch
+    auto x = random_activations(n, cols, rng);
+    x[3] = INFINITY;
+    x[cols + 40] = -INFINITY;
+    x[2 * cols + 77] = NAN;
+    for (const KernelChoice& k : kChoices) {
+      use_kernels(k);
+      std::vector<float> y(static_cast<size_t>(n * rows));
+      matmul_rowwise(wm, x.data(), n, y.data(), pool);
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<float> alone(static_cast<size_t>(rows));
+        matvec(wm, x.data() + t * cols, alone.data(), pool1);
+        EXPECT_TRUE(same_bits(alone.data(), y.data() + t * rows, static_cast<size_t>(rows)))
+            << k.name << " batch " << n << " row " << t;
+      }
     }
   }
 }
