@@ -88,11 +88,13 @@ std::atomic<bool> g_use_vnni{std::getenv("TURBOKV_NO_VNNI") == nullptr};
 // TURBOKV_NO_AVX512=1 likewise starts with matmul_rowwise's AVX-512 tile kernel off (the 256-bit
 // kernels then run; same results).
 std::atomic<bool> g_use_avx512{std::getenv("TURBOKV_NO_AVX512") == nullptr};
-// The same variable also starts matvec's 512-bit Q8_0 kernel off (matvec_q8_0_avx512.cpp).
+// The same variable also starts the 512-bit Q8_0 kernel of matvec and small batches off
+// (matvec_q8_0_avx512.cpp).
 std::atomic<bool> g_use_avx512_matvec{std::getenv("TURBOKV_NO_AVX512") == nullptr};
 
-// matvec's Q8_0 rows on 512-bit VNNI vectors: where the CPU has AVX-512 F/BW/VL/VNNI, the AVX2
-// kernels are in use and neither switch (VNNI, AVX-512 matvec) is off.
+// matvec's Q8_0 rows (and matmul_rowwise's batches below 8) on 512-bit VNNI vectors: where the CPU
+// has AVX-512 F/BW/VL/VNNI, the AVX2 kernels are in use and neither switch (VNNI, AVX-512 matvec)
+// is off.
 bool use_avx512_matvec() {
   return g_use_avx512_matvec.load(std::memory_order_relaxed) && g_use_vnni.load(std::memory_order_relaxed) &&
          !g_force_scalar.load(std::memory_order_relaxed) && detail::avx2_available() &&

@@ -149,9 +149,9 @@ void use_vnni_kernels(bool enabled);
 // (4 rows x 4 activations over 512-bit registers) where the CPU has AVX-512 F/BW/VNNI and VNNI is
 // enabled above (default true, or false when TURBOKV_NO_AVX512 is set; same results either way).
 void use_avx512_tile_kernel(bool enabled);
-// Benchmarks and tests: whether matvec may use its 512-bit AVX512-VNNI kernel for Q8_0 weights
-// where the CPU has AVX-512 F/BW/VL/VNNI and VNNI is enabled above (default true, or false when
-// TURBOKV_NO_AVX512 is set; same results either way).
+// Benchmarks and tests: whether matvec, and matmul_rowwise below 8 activations, may use the
+// 512-bit AVX512-VNNI kernel for Q8_0 weights where the CPU has AVX-512 F/BW/VL/VNNI and VNNI is
+// enabled above (default true, or false when TURBOKV_NO_AVX512 is set; same results either way).
 void use_avx512_matvec_kernel(bool enabled);
 // Whether matvec quantizes x to Q8_0 for quantized weights (default true; process-wide).
 void set_q8_activations(bool enabled);
