@@ -1,4 +1,5 @@
-// Internal: AVX2 helpers shared by the kernel files (matmul_avx2.cpp, matmul_avx2_quants.cpp).
+// Internal: AVX2 helpers shared by the kernel files (matmul_avx2*.cpp, matmul_rowwise_*.cpp,
+// matvec_q8_0_avx512.cpp, quantize_q8_0_avx2.cpp).
 // Every function carries the target attribute, so these files build for baseline x86-64 and
 // the kernels are only called after avx2_available().
 #pragma once
@@ -36,8 +37,8 @@ TKV_AVX2 inline float load_half(const uint8_t* p) {
 // GB/s where a plain 2-thread read reaches 23 (its ~13 instructions per 34-byte block fill the
 // out-of-order window long before many loads are outstanding). A software prefetch this far ahead
 // of the read position, one per 64 bytes or so consumed, brought it to 20.5 GB/s (docs/
-// benchmarks.md, "Decode matvec with software prefetch"). Reading past a matrix's end is harmless:
-// a prefetch never faults and changes no result.
+// benchmarks.md, "Decode matvec, batched steps and llama.cpp on this VM"). Reading past a
+// matrix's end is harmless: a prefetch never faults and changes no result.
 inline constexpr size_t kWeightPrefetchBytes = 4096;
 
 TKV_AVX2 inline void prefetch_weights(const uint8_t* at) {
