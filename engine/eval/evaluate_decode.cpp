@@ -62,6 +62,10 @@ DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions&
   for (const size_t ctx : options.contexts) {
     if (ctx == 0 || ctx > (size_t{1} << 24)) throw Error(fmt::format("decode-bench: context {} outside [1, 2^24]", ctx));
   }
+  if (options.batches.empty()) throw Error("decode-bench: no batch sizes");
+  for (const size_t b : options.batches) {
+    if (b == 0 || b > 4096) throw Error(fmt::format("decode-bench: batch {} outside [1, 4096]", b));
+  }
   const auto note = [&](const std::string& s) {
     if (options.progress) options.progress(s);
   };
@@ -72,11 +76,6 @@ DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions&
   result.weight_bytes = model.weight_bytes();
   result.threads = pool.size();
   result.cpu_time = options.cpu_time;
-
-  for (const size_t b : options.batches) {
-    if (b == 0 || b > 4096) throw Error(fmt::format("decode-bench: batch {} outside [1, 4096]", b));
-  }
-  if (options.batches.empty()) throw Error("decode-bench: no batch sizes");
 
   Forward forward(model, pool, 1);
   BatchForward batch_forward(model, pool);

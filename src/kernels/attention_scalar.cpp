@@ -229,7 +229,6 @@ void int8_weights(const float* p, size_t ld, int rows, const float* norm, size_t
   integer_weights(p, ld, rows, norm, n, w8, scale, static_cast<float>(levels), 4);
 }
 
-
 std::atomic<const KernelTable*> g_override{nullptr};
 
 }  // namespace

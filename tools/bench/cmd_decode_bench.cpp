@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <vector>
 
 #include "engine/eval/evaluate_decode.hpp"
 #include "engine/model/synthetic_model.hpp"
@@ -15,7 +16,8 @@ namespace turbokv::tools {
 namespace {
 
 struct DecodeBenchArgs {
-  std::string model, synthetic, weights = "q8_0", contexts, kv, batches = "1";
+  std::string model, synthetic, weights = "q8_0", contexts, kv;
+  std::vector<size_t> batches = {1};
   int steps = 8;
   int warmup = 1;
   int threads = 0;
@@ -50,27 +52,6 @@ std::vector<size_t> parse_contexts(const std::string& list) {
   return out;
 }
 
-// "1,4,16": batch sizes in [1, 4096].
-std::vector<size_t> parse_batches(const std::string& list) {
-  std::vector<size_t> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    const std::string item = list.substr(start, end - start);
-    if (!item.empty()) {
-      size_t v = 0;
-      const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-      if (ec != std::errc() || p != item.data() + item.size() || v == 0 || v > 4096) {
-        throw Error(fmt::format("decode-bench: bad batch size '{}' in '{}' (1 to 4096)", item, list));
-      }
-      out.push_back(v);
-    }
-    start = end + 1;
-  }
-  if (out.empty()) throw Error(fmt::format("decode-bench: no batch size in '{}'", list));
-  return out;
-}
-
 const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
   app.description("Decode tokens/s and KV bytes at long contexts, caches filled with synthetic keys/values");
   auto args = std::make_shared<DecodeBenchArgs>();
@@ -85,7 +66,9 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
   app.add_option("--kv", args->kv, "comma-separated configurations, e.g. dense16,tq4,tq3")->required();
   app.add_option("--batch", args->batches,
                  "comma-separated batch sizes: sequences stepped together (BatchForward, as the server), e.g. 1,16 "
-                 "(default 1)");
+                 "(default 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(size_t{1}, size_t{4096}));
   app.add_option("--steps", args->steps, "timed decode steps per configuration and context (default 8)")
       ->check(CLI::Range(1, 100000));
   app.add_option("--warmup", args->warmup, "untimed steps first (default 1)")->check(CLI::Range(0, 1000));
@@ -101,7 +84,7 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
     engine::DecodeBenchOptions options;
     options.contexts = parse_contexts(args->contexts);
     options.configs = parse_kv_config_list(args->kv);
-    options.batches = parse_batches(args->batches);
+    options.batches = args->batches;
     options.steps = args->steps;
     options.warmup = args->warmup;
     options.cpu_time = args->cpu_time;
