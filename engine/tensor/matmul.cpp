@@ -202,16 +202,8 @@ void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool& pool) {
     const Q8Activations a = quantize_activations(x, w.cols, 1, k.dot_q8_sums != nullptr);
     if (w.type == GgmlType::Q8_0 && use_avx512_matvec()) {
       // The 512-bit VNNI kernel: same bits as the AVX2 one, fewer instructions per weight byte.
-      thread_local std::vector<detail::MatvecActivationPair> packed;
-      detail::pack_matvec_activation(a.bytes, w.cols, packed);
-      const detail::MatvecActivationPair* xp = packed.data();  // the pool's threads read the caller's copy
-      pool.parallel_for(
-          static_cast<size_t>(w.rows),
-          [&](size_t begin, size_t end) {
-            for (size_t r = begin; r < end; ++r) y[r] = detail::dot_q8_0_avx512(base + r * stride, xp, w.cols);
-          },
-          min_rows_per_chunk(w.cols));
-      return;
+      return detail::matvec_q8_0_avx512(base, stride, static_cast<size_t>(w.rows), w.cols, a.bytes, a.stride, 1, y,
+                                        pool, min_rows_per_chunk(w.cols));
     }
     pool.parallel_for(
         static_cast<size_t>(w.rows),
@@ -322,28 +314,7 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     // Q8_0 batches below the tiles' 8 with AVX-512 VNNI: matvec's 512-bit kernel, one weight row
     // against up to four activations at a time (same bits again).
     if (w.type == GgmlType::Q8_0 && batch < 8 && use_avx512_matvec()) {
-      thread_local std::vector<std::vector<detail::MatvecActivationPair>> packed;
-      packed.resize(batch);
-      std::vector<const detail::MatvecActivationPair*> xp(batch);
-      for (size_t t = 0; t < batch; ++t) {
-        detail::pack_matvec_activation(xq + t * q8_stride, cols, packed[t]);
-        xp[t] = packed[t].data();
-      }
-      pool.parallel_for(
-          rows,
-          [&](size_t begin, size_t end) {
-            for (size_t r = begin; r < end; ++r) {
-              const uint8_t* row = base + r * stride;
-              for (size_t t = 0; t < batch; t += 4) {
-                const int here = static_cast<int>(std::min<size_t>(4, batch - t));
-                float out[4];
-                detail::dot_q8_0_n_avx512(row, xp.data() + t, here, cols, out);
-                for (int i = 0; i < here; ++i) y[(t + i) * rows + r] = out[i];
-              }
-            }
-          },
-          min_chunk);
-      return;
+      return detail::matvec_q8_0_avx512(base, stride, rows, cols, xq, q8_stride, batch, y, pool, min_chunk);
     }
     thread_local std::vector<uint8_t> x_offset;
     if (vnni) {

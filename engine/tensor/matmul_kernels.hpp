@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "engine/tensor/tensor_types.hpp"
 
@@ -59,23 +58,12 @@ bool vnni_available();
 void matmul_q8_0_avx512(const uint8_t* w, size_t w_stride, size_t rows, int64_t cols, const uint8_t* xq,
                         size_t xq_stride, size_t n, float* y, ThreadPool& pool);
 bool avx512_tile_available();
-// One activation's Q8_0 block pair packed for dot_q8_0_avx512: 64 values (a missing odd last block
-// as zeros), each group of four's start sum -128 * (its sum), and the two blocks' scales broadcast
-// to eight lanes each.
-struct alignas(64) MatvecActivationPair {
-  int8_t values[64];
-  int32_t start[16];
-  float scale[16];
-};
-// xq: one Q8_0 row of cols values, packed as (cols / 32 + 1) / 2 pairs (matvec_q8_0_avx512.cpp).
-void pack_matvec_activation(const uint8_t* xq, int64_t cols, std::vector<MatvecActivationPair>& out);
-// One Q8_0 weight row against the packed activation: bit for bit dot_q8_row_q8_0's result, on
-// 512-bit vectors. Only where avx512_tile_available().
-float dot_q8_0_avx512(const uint8_t* row, const MatvecActivationPair* x, int64_t cols);
-// The same row against n packed activations at once, n in [1, 4] (the weights loaded once for
-// all): out[t] is bit for bit dot_q8_0_avx512(row, x[t], cols). For matmul_rowwise's batches
-// below the tile kernel's 8.
-void dot_q8_0_n_avx512(const uint8_t* row, const MatvecActivationPair* const* x, int n, int64_t cols, float* out);
+// The same product (y[t * rows + r] for all t < n, bit for bit dot_q8_row_q8_0's result) on
+// 512-bit VNNI vectors, a block pair per step, each weight row read once for up to four
+// activations (matvec_q8_0_avx512.cpp): matvec, and matmul_rowwise's batches below the tiles' 8.
+// Splits the rows over the pool, at least min_chunk a task. Only where avx512_tile_available().
+void matvec_q8_0_avx512(const uint8_t* w, size_t w_stride, size_t rows, int64_t cols, const uint8_t* xq,
+                        size_t xq_stride, size_t n, float* y, ThreadPool& pool, size_t min_chunk);
 // One row of cols floats to Q8_0 blocks, bit for bit quantize_row(Q8_0) (quantize_q8_0_avx2.cpp).
 // AVX2 machines only.
 void quantize_row_q8_0_avx2(const float* x, int64_t cols, uint8_t* dst);

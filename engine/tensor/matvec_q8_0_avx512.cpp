@@ -21,10 +21,12 @@
 // the activation stays signed, and each group of four starts at -128 * (sum of its four
 // activation values), packed once per call with the activation:
 // sum((w + 128) * x) - 128 * sum(x) = sum(w * x).
+#include <algorithm>
 #include <vector>
 
 #include "engine/tensor/matmul_avx2_common.hpp"
 #include "engine/tensor/matmul_kernels.hpp"
+#include "turbokv/thread_pool.hpp"
 
 #if TURBOKV_HAVE_AVX2_KERNELS
 // GCC 12's AVX-512 intrinsics pass an undefined vector as the unused merge source, which
@@ -47,14 +49,21 @@ TKV_AVX512 inline __m512 halves(__m256 low, __m256 high) {
       _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
 }
 
-}  // namespace
+// One activation's Q8_0 block pair: 64 values (a missing odd last block as zeros), each group of
+// four's start sum -128 * (its sum), and the two blocks' scales broadcast to eight lanes each.
+struct alignas(64) ActivationPair {
+  int8_t values[64];
+  int32_t start[16];
+  float scale[16];
+};
 
-TKV_AVX512 void pack_matvec_activation(const uint8_t* xq, int64_t cols, std::vector<MatvecActivationPair>& out) {
+// xq: one Q8_0 row of cols values, packed as (cols / 32 + 1) / 2 pairs.
+TKV_AVX512 void pack_activation(const uint8_t* xq, int64_t cols, std::vector<ActivationPair>& out) {
   const size_t blocks = static_cast<size_t>(cols) / 32;
   out.resize((blocks + 1) / 2);
   const __m256i offset = _mm256_set1_epi8(static_cast<char>(0x80));
   for (size_t p = 0; p < out.size(); ++p) {
-    MatvecActivationPair& dst = out[p];
+    ActivationPair& dst = out[p];
     for (size_t half = 0; half < 2; ++half) {
       const size_t b = 2 * p + half;
       __m256i values = _mm256_setzero_si256();
@@ -73,11 +82,9 @@ TKV_AVX512 void pack_matvec_activation(const uint8_t* xq, int64_t cols, std::vec
   }
 }
 
-namespace {
-
 // N activations (1 to 4) against one row, the row's pair loaded once for all.
 template <int N>
-TKV_AVX512 inline void dot_q8_0_n(const uint8_t* row, const MatvecActivationPair* const* x, int64_t cols, float* out) {
+TKV_AVX512 inline void dot_q8_0_n(const uint8_t* row, const ActivationPair* const* x, int64_t cols, float* out) {
   const int64_t blocks = cols / 32;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[N];
@@ -92,7 +99,7 @@ TKV_AVX512 inline void dot_q8_0_n(const uint8_t* row, const MatvecActivationPair
     const __m512 dw = halves(_mm256_set1_ps(avx2::load_half(row)), _mm256_set1_ps(avx2::load_half(row + 34)));
 #pragma GCC unroll 4
     for (int t = 0; t < N; ++t) {
-      const MatvecActivationPair& xp = x[t][p];
+      const ActivationPair& xp = x[t][p];
       const __m512i sums = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start), w, _mm512_load_si512(xp.values));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(xp.scale)), _mm512_cvtepi32_ps(sums), acc[t]);
     }
@@ -105,7 +112,7 @@ TKV_AVX512 inline void dot_q8_0_n(const uint8_t* row, const MatvecActivationPair
     __m256 even = _mm512_castps512_ps256(acc[t]);
     const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1));
     if (tail) {
-      const MatvecActivationPair& xp = x[t][p];
+      const ActivationPair& xp = x[t][p];
       const __m256i sums = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(xp.start)), w_tail,
                                                _mm256_load_si256(reinterpret_cast<const __m256i*>(xp.values)));
       even = _mm256_fmadd_ps(_mm256_mul_ps(dw_tail, _mm256_load_ps(xp.scale)), _mm256_cvtepi32_ps(sums), even);
@@ -114,22 +121,39 @@ TKV_AVX512 inline void dot_q8_0_n(const uint8_t* row, const MatvecActivationPair
   }
 }
 
-}  // namespace
-
-TKV_AVX512 float dot_q8_0_avx512(const uint8_t* row, const MatvecActivationPair* x, int64_t cols) {
-  float out;
-  dot_q8_0_n<1>(row, &x, cols, &out);
-  return out;
+// A row against n activations, four at a time.
+TKV_AVX512 void row_against(const uint8_t* row, const ActivationPair* const* x, size_t n, int64_t cols, float* y,
+                            size_t y_stride) {
+  for (size_t t = 0; t < n; t += 4) {
+    float out[4];
+    const size_t here = std::min<size_t>(4, n - t);
+    switch (here) {
+      case 1: dot_q8_0_n<1>(row, x + t, cols, out); break;
+      case 2: dot_q8_0_n<2>(row, x + t, cols, out); break;
+      case 3: dot_q8_0_n<3>(row, x + t, cols, out); break;
+      default: dot_q8_0_n<4>(row, x + t, cols, out); break;
+    }
+    for (size_t i = 0; i < here; ++i) y[(t + i) * y_stride] = out[i];
+  }
 }
 
-TKV_AVX512 void dot_q8_0_n_avx512(const uint8_t* row, const MatvecActivationPair* const* x, int n, int64_t cols,
-                                  float* out) {
-  switch (n) {
-    case 1: return dot_q8_0_n<1>(row, x, cols, out);
-    case 2: return dot_q8_0_n<2>(row, x, cols, out);
-    case 3: return dot_q8_0_n<3>(row, x, cols, out);
-    default: return dot_q8_0_n<4>(row, x, cols, out);
+}  // namespace
+
+TKV_AVX512 void matvec_q8_0_avx512(const uint8_t* w, size_t w_stride, size_t rows, int64_t cols, const uint8_t* xq,
+                                   size_t xq_stride, size_t n, float* y, ThreadPool& pool, size_t min_chunk) {
+  thread_local std::vector<std::vector<ActivationPair>> packed;
+  packed.resize(n);
+  std::vector<const ActivationPair*> x(n);
+  for (size_t t = 0; t < n; ++t) {
+    pack_activation(xq + t * xq_stride, cols, packed[t]);
+    x[t] = packed[t].data();  // the pool's threads read the caller's copy
   }
+  pool.parallel_for(
+      rows,
+      [&](size_t begin, size_t end) {
+        for (size_t r = begin; r < end; ++r) row_against(w + r * w_stride, x.data(), n, cols, y + r, rows);
+      },
+      min_chunk);
 }
 
 }  // namespace turbokv::engine::detail
@@ -137,9 +161,8 @@ TKV_AVX512 void dot_q8_0_n_avx512(const uint8_t* row, const MatvecActivationPair
 #else
 
 namespace turbokv::engine::detail {
-void pack_matvec_activation(const uint8_t*, int64_t, std::vector<MatvecActivationPair>&) {}
-float dot_q8_0_avx512(const uint8_t*, const MatvecActivationPair*, int64_t) { return 0.0f; }
-void dot_q8_0_n_avx512(const uint8_t*, const MatvecActivationPair* const*, int, int64_t, float*) {}
+void matvec_q8_0_avx512(const uint8_t*, size_t, size_t, int64_t, const uint8_t*, size_t, size_t, float*, ThreadPool&,
+                        size_t) {}
 }  // namespace turbokv::engine::detail
 
 #endif
