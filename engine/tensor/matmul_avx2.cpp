@@ -206,9 +206,8 @@ TKV_AVX2 float dot_row_q6_k(const uint8_t* row, const float* x, int64_t cols) {
 // Even blocks into acc0, odd ones into acc1 (matmul_rowwise's kernels keep this order); a pair
 // of blocks per step, with one prefetch per 68 bytes.
 TKV_AVX2 inline __m256 q8_0_block(__m256 acc, const uint8_t* row, const uint8_t* xq) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 2));
-  return _mm256_fmadd_ps(_mm256_set1_ps(load_half(row) * load_half(xq)), dot32_i8_i8(w, x), acc);
+  return _mm256_fmadd_ps(_mm256_set1_ps(load_half(row) * load_half(xq)),
+                         dot32_i8_i8(load_q8_values(row), load_q8_values(xq)), acc);
 }
 
 TKV_AVX2 float dot_q8_row_q8_0(const uint8_t* row, const uint8_t* xq, int64_t cols) {
