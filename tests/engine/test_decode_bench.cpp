@@ -192,9 +192,9 @@ TEST(DecodeBench, RowsBytesAndJson) {
   EXPECT_NE(format_decode_bench_table(r).find("n/a"), std::string::npos);
 }
 
-// Batches of several sequences step through BatchForward: every sequence's caches grow by one
-// token a step, a row's bytes are its sequences' together, and the step ratios refer to the same
-// configuration's batch-1 row.
+// Batches of several sequences step through BatchForward: a row's bytes are its sequences'
+// together, its tokens/s and per-token times follow from the step time, and the step ratios refer
+// to the same configuration's batch-1 row.
 TEST(DecodeBench, BatchesStepEverySequence) {
   ThreadPool pool(2);
   const Model m = make_synthetic_model(tiny_config(), GgmlType::Q8_0, pool);
