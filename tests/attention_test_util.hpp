@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "attention/attention_kernels.hpp"
+#include "turbokv/attention.hpp"
+#include "turbokv/kv_cache.hpp"
 
 namespace turbokv::test {
 
@@ -34,6 +36,27 @@ inline std::vector<const attn::KernelTable*> all_kernel_tables() {
   if (const attn::KernelTable* k = attn::avx2_kernel_table()) t.push_back(k);
   if (const attn::KernelTable* k = attn::vnni_kernel_table()) t.push_back(k);
   return t;
+}
+
+// Decode of a chunk: appends its tokens (k, v head-major [kv_heads][chunk][dim]) to `cache` one
+// at a time and attends each token's query (q head-major [q_heads][chunk][dim]) right after it.
+// Returns the outputs, laid out as q.
+inline std::vector<float> attend_token_by_token(KVCache& cache, const std::vector<float>& q,
+                                                const std::vector<float>& k, const std::vector<float>& v,
+                                                int q_heads, int kv_heads, int chunk, int dim) {
+  std::vector<float> decoded(q.size());
+  std::vector<float> ki(kv_heads * dim), vi(kv_heads * dim), qi(q_heads * dim), oi(q_heads * dim);
+  for (int i = 0; i < chunk; ++i) {
+    for (int h = 0; h < kv_heads; ++h) {
+      std::copy_n(k.begin() + (h * chunk + i) * dim, dim, ki.begin() + h * dim);
+      std::copy_n(v.begin() + (h * chunk + i) * dim, dim, vi.begin() + h * dim);
+    }
+    for (int h = 0; h < q_heads; ++h) std::copy_n(q.begin() + (h * chunk + i) * dim, dim, qi.begin() + h * dim);
+    cache.append(ki, vi, 1);
+    attend(qi, q_heads, 1, cache, oi);
+    for (int h = 0; h < q_heads; ++h) std::copy_n(oi.begin() + h * dim, dim, decoded.begin() + (h * chunk + i) * dim);
+  }
+  return decoded;
 }
 
 // attend() uses `table` while this lives.

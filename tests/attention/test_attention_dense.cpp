@@ -110,18 +110,8 @@ TEST(AttentionDense, PrefillChunkEqualsTokenByTokenDecode) {
   std::vector<float> prefix_k(static_cast<size_t>(kv_heads) * prefix * dim), prefix_v(prefix_k.size());
   cache.fetch(prefix_k, prefix_v);
   step_cache.append(prefix_k, prefix_v, prefix);
-  std::vector<float> decoded(q.size());
-  for (int i = 0; i < chunk; ++i) {
-    std::vector<float> ki(kv_heads * dim), vi(kv_heads * dim), qi(q_heads * dim), oi(q_heads * dim);
-    for (int h = 0; h < kv_heads; ++h) {
-      std::copy_n(k.begin() + (h * chunk + i) * dim, dim, ki.begin() + h * dim);
-      std::copy_n(v.begin() + (h * chunk + i) * dim, dim, vi.begin() + h * dim);
-    }
-    for (int h = 0; h < q_heads; ++h) std::copy_n(q.begin() + (h * chunk + i) * dim, dim, qi.begin() + h * dim);
-    step_cache.append(ki, vi, 1);
-    turbokv::attend(qi, q_heads, 1, step_cache, oi);
-    for (int h = 0; h < q_heads; ++h) std::copy_n(oi.begin() + h * dim, dim, decoded.begin() + (h * chunk + i) * dim);
-  }
+  const std::vector<float> decoded =
+      turbokv::test::attend_token_by_token(step_cache, q, k, v, q_heads, kv_heads, chunk, dim);
   cache.append(k, v, chunk);
   std::vector<float> prefilled(q.size());
   turbokv::attend(q, q_heads, chunk, cache, prefilled);

@@ -258,7 +258,9 @@ TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
         for (size_t t = 0; t < n; ++t) {
           const float w = p[r * kBlockTokens + t] * norm[t];
           EXPECT_LE(want[r * kBlockTokens + t], 127);
-          if (wmax > 0) EXPECT_NEAR(want[r * kBlockTokens + t] * want_scale[r], w, 0.5001f * want_scale[r]);
+          if (wmax > 0) {
+            EXPECT_NEAR(want[r * kBlockTokens + t] * want_scale[r], w, 0.5001f * want_scale[r]);
+          }
         }
       }
       std::vector<uint16_t> want16(rows * kBlockTokens, 0xeeee);
@@ -266,7 +268,9 @@ TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
       scalar.int16_weights(p.data(), kBlockTokens, rows, norm.data(), n, want16.data(), want_scale16.data());
       for (int r = 0; r < rows; ++r) {
         for (size_t t = 0; t < n; ++t) EXPECT_LE(want16[r * kBlockTokens + t], turbokv::attn::kInt16Max);
-        if (n % 2) EXPECT_EQ(want16[r * kBlockTokens + n], 0);
+        if (n % 2) {
+          EXPECT_EQ(want16[r * kBlockTokens + n], 0);
+        }
       }
       for (const KernelTable* k : tables) {
         if (k->int16_weights != nullptr) {

@@ -207,18 +207,8 @@ TEST(AttentionTurboQuant, PrefillChunkEqualsTokenByTokenDecode) {
 
   TurboQuantKVCache step_cache(kv_heads, dim, options);
   step_cache.append(pk, pv, prefix);
-  std::vector<float> decoded(q.size());
-  for (int i = 0; i < chunk; ++i) {
-    std::vector<float> ki(kv_heads * dim), vi(kv_heads * dim), qi(q_heads * dim), oi(q_heads * dim);
-    for (int h = 0; h < kv_heads; ++h) {
-      std::copy_n(k.begin() + (h * chunk + i) * dim, dim, ki.begin() + h * dim);
-      std::copy_n(v.begin() + (h * chunk + i) * dim, dim, vi.begin() + h * dim);
-    }
-    for (int h = 0; h < q_heads; ++h) std::copy_n(q.begin() + (h * chunk + i) * dim, dim, qi.begin() + h * dim);
-    step_cache.append(ki, vi, 1);
-    turbokv::attend(qi, q_heads, 1, step_cache, oi);
-    for (int h = 0; h < q_heads; ++h) std::copy_n(oi.begin() + h * dim, dim, decoded.begin() + (h * chunk + i) * dim);
-  }
+  const std::vector<float> decoded =
+      turbokv::test::attend_token_by_token(step_cache, q, k, v, q_heads, kv_heads, chunk, dim);
   TurboQuantKVCache cache(kv_heads, dim, options);
   cache.append(pk, pv, prefix);
   cache.append(k, v, chunk);
