@@ -20,6 +20,11 @@ install(TARGETS ${installed_targets} EXPORT turbokvTargets
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/turbokv DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel)
 if(TARGET turbokv)
   install(TARGETS turbokv RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+  # The default model and its tokenizer, so an installed `turbokv generate` / `turbokv serve` runs
+  # with no argument from any folder (found beside bin/ as share/turbokv/models/).
+  install(FILES ${PROJECT_SOURCE_DIR}/models/kjv-llama-3M.bin ${PROJECT_SOURCE_DIR}/models/tok512.bin
+                ${PROJECT_SOURCE_DIR}/models/README.md
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/turbokv/models COMPONENT cli)
 endif()
 
 install(EXPORT turbokvTargets NAMESPACE turbokv:: DESTINATION ${TURBOKV_CMAKE_DIR} COMPONENT devel)

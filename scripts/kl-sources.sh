@@ -9,7 +9,7 @@
 set -euo pipefail
 build=${1:-build}
 extra=${2-sinks=1,window=4,exact=f16}
-models=${TURBOKV_MODELS_DIR:-$(dirname "$0")/../../shared/models}
+models=${TURBOKV_MODELS_DIR:-$(dirname "$0")/../models}
 model=$models/kjv-llama-3M.bin
 text=$models/kjv-revelation.txt
 layers=${LAYERS:-4}

@@ -2,7 +2,7 @@
 """Per layer and kv head: how unevenly the channels of keys and values carry their energy, from
 a dense float32 prompt cache (issue 14's per-head diagnostic; standard library only).
 
-  build/turbokv generate --prompt "$(head -c 420 ../shared/models/kjv-revelation.txt | tr '\\n' ' ')" -n 1 \\
+  build/turbokv generate --prompt "$(head -c 420 models/kjv-revelation.txt | tr '\\n' ' ')" -n 1 \\
       --cache dense:dtype=f32 --save-cache /tmp/dense.safetensors --quiet
   scripts/kv-channel-stats.py /tmp/dense.safetensors
 

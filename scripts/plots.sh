@@ -10,12 +10,12 @@
 #   With no option it only draws from the saved JSON (seconds). A --run-* option first reruns
 #   that benchmark and overwrites its JSON (on a 2-core machine: eval ~15 min, decode ~10 min,
 #   attention ~10 min). Environment: TURBOKV (default build/turbokv), MODELS (default
-#   ../shared/models), FORTUNES (default /usr/share/games/fortunes/kids), THREADS (default 0 = all).
+#   models/), FORTUNES (default /usr/share/games/fortunes/kids), THREADS (default 0 = all).
 # Needs: gnuplot (Debian gnuplot-nox), jq.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TURBOKV=${TURBOKV:-build/turbokv}
-MODELS=${MODELS:-../shared/models}
+MODELS=${MODELS:-$(dirname "$0")/../models}
 FORTUNES=${FORTUNES:-/usr/share/games/fortunes/kids}
 THREADS=${THREADS:-0}
 DATA=${DATA:-docs/data}

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libeigen3-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev            # turbokv serve (HTTP/1.1)
@@ -15,6 +15,7 @@ packages=(
   gnuplot-nox                   # docs/ plots
   bible-kjv fortunes            # evaluation texts (see README)
   pybind11-dev python3-dev python3-numpy python3-pytest   # the Python package (python/), for /usr/bin/python3
+  python3-venv python3-pip python3-setuptools python3-wheel  # `pip install .` into a venv, offline (pyproject.toml)
 )
 
 # The server's end-to-end tests run the official openai npm client: node and npm from Debian

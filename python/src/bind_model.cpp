@@ -4,12 +4,14 @@
 // same arguments give the same text.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <mutex>
 #include <vector>
 
 #include "binding.hpp"
 #include "engine/runtime/forward.hpp"
 #include "engine/model/model.hpp"
+#include "engine/model/model_files.hpp"
 #include "engine/runtime/sampler.hpp"
 #include "engine/runtime/session.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
@@ -60,10 +62,12 @@ std::string printable(const std::string& piece) {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, const std::string& tokenizer, int threads) {
+  // `path` may be a bare name, looked up in `models_dirs` first, then where the CLI looks
+  // (engine/model/model_files.hpp).
+  PyModel(const std::string& path, const std::string& tokenizer, int threads, const std::vector<std::string>& models_dirs) {
     if (threads < 0) throw Error(fmt::format("threads must be >= 0, got {}", threads));
     as_file_errors([&] {
-      model_ = engine::load_model(path);
+      model_ = engine::load_model(engine::find_model_file(path, models_dirs));
       tokenizer_ = engine::load_tokenizer_for_model(model_, tokenizer);
     });
     pool_ = std::make_unique<ThreadPool>(threads);
@@ -133,6 +137,13 @@ KvArgs kv_args(std::optional<double> kv_bits, std::optional<double> key_bits, st
   return KvArgs{kv_bits, key_bits, value_bits, kv_window, kv_sinks, std::move(cache)};
 }
 
+// The models the installed package carries (turbokv/models/ beside _core, put there by the wheel
+// build: setup.py). Needs the GIL.
+std::vector<std::string> package_models_dirs() {
+  const auto core = py::module_::import("turbokv._core").attr("__file__").cast<std::string>();
+  return {(std::filesystem::path(core).parent_path() / "models").string()};
+}
+
 #define TURBOKV_KV_ARGS                                                                                   \
   py::arg("kv_bits") = py::none(), py::arg("key_bits") = py::none(), py::arg("value_bits") = py::none(), \
       py::arg("kv_window") = py::none(), py::arg("kv_sinks") = py::none(), py::arg("cache") = py::none()
@@ -140,12 +151,33 @@ KvArgs kv_args(std::optional<double> kv_bits, std::optional<double> key_bits, st
 }  // namespace
 
 void bind_model(py::module_& m) {
+  m.def(
+      "find_model",
+      [](const std::string& name) {
+        const auto dirs = package_models_dirs();
+        return as_file_errors([&] { return engine::find_model_file(name, dirs); });
+      },
+      py::arg("name"),
+      "The path a model name stands for: a path as given, else the first of the package's models/, the "
+      "checkout's models/, the installed share/turbokv/models/ and TURBOKV_MODELS_DIR that holds it. OSError if "
+      "none does.");
   py::class_<PyModel>(m, "Model", "A Llama-family model (llama2.c .bin or GGUF) with its tokenizer.")
       .def(py::init([](const std::string& path, const std::string& tokenizer, int threads) {
+             const auto dirs = package_models_dirs();
              py::gil_scoped_release unlocked;
-             return std::make_unique<PyModel>(path, tokenizer, threads);
+             return std::make_unique<PyModel>(path, tokenizer, threads, dirs);
            }),
            py::arg("path"), py::arg("tokenizer") = "", py::arg("threads") = 0)
+      .def_static(
+          "default",
+          [](int threads) {
+            const auto dirs = package_models_dirs();
+            py::gil_scoped_release unlocked;
+            return std::make_unique<PyModel>(engine::kDefaultModel, "", threads, dirs);
+          },
+          py::arg("threads") = 0,
+          "The model the package ships (kjv-llama-3M, head_dim 64, with its tokenizer), as `turbokv generate` "
+          "runs by default.")
       .def_property_readonly("config",
                              [](const PyModel& p) {
                                const auto& c = p.config();

@@ -1,5 +1,5 @@
 """Shared helpers of the turbokv Python tests. ctest sets PYTHONPATH to the build tree's
-package, TURBOKV_TOOL to the same build's CLI and TURBOKV_MODELS_DIR to the shared models."""
+package, TURBOKV_TOOL to the same build's CLI and TURBOKV_MODELS_DIR to the checkout's models/."""
 import json
 import os
 import subprocess
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 TOOL = os.environ.get("TURBOKV_TOOL", "")
-MODELS_DIR = Path(os.environ.get("TURBOKV_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
+MODELS_DIR = Path(os.environ.get("TURBOKV_MODELS_DIR", Path(__file__).resolve().parents[2] / "models"))
 
 
 def random_kv(rng, batch=1, kv_heads=8, tokens=64, head_dim=128, dtype=np.float32):

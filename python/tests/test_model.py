@@ -49,3 +49,23 @@ def test_model_errors(model):
         model.logits([])
     with pytest.raises(ValueError):
         model.generate("word " * 5000, max_tokens=1)  # longer than the context
+
+
+def test_default_model_and_bare_names_resolve_as_the_cli_does(model):
+    # In the build tree the package has no models/ of its own, so the checkout's models/ serves.
+    found = turbokv.find_model("kjv-llama-3M.bin")
+    assert found.endswith("/models/kjv-llama-3M.bin")
+    assert open(found, "rb").read(64) == open(model_path("kjv-llama-3M.bin"), "rb").read(64)
+    default = turbokv.Model.default()
+    assert default.config == model.config
+    assert default.generate(PROMPT, max_tokens=20) == model.generate(PROMPT, max_tokens=20)
+    assert turbokv.Model("stories260K.bin").config["head_dim"] == 8
+
+
+def test_missing_model_names_the_folders_it_searched():
+    with pytest.raises(OSError) as err:
+        turbokv.Model("no-such-model.bin")
+    message = str(err.value)
+    assert "no-such-model.bin" in message and "share/turbokv/models" in message and "TURBOKV_MODELS_DIR" in message
+    with pytest.raises(OSError):
+        turbokv.find_model("no-such-model.bin")

@@ -46,6 +46,16 @@ TEST(GenerateCli, StreamsPublishedTextAndStatistics) {
   EXPECT_NE(out.find("kv cache [dense f16]"), std::string::npos) << out;
 }
 
+TEST(GenerateCli, MissingModelErrorNamesEveryFolderSearched) {
+  require_tool();
+  const auto [out, status] = run("generate --model no-such-model.bin -n 1");
+  EXPECT_NE(status, 0) << out;
+  for (const std::string& expected : {std::string("no-such-model.bin"), std::string(TURBOKV_SOURCE_DIR) + "/models",
+                                      std::string("share/turbokv/models"), kModels}) {
+    EXPECT_NE(out.find(expected), std::string::npos) << "no '" << expected << "' in: " << out;
+  }
+}
+
 TEST(GenerateCli, SavedCacheContinuesTheSameText) {
   require_tool();
   const auto path = (std::filesystem::temp_directory_path() / "turbokv_test_generate_cli.tkv").string();

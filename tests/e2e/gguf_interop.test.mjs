@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { gguf, buildGgufHeader, GGUFValueType, GGMLQuantizationType } from '@huggingface/gguf';
 
 const TOOL = process.env.TURBOKV_TOOL ?? 'build/turbokv';
-const MODELS = process.env.TURBOKV_MODELS_DIR ?? '../shared/models';
+const MODELS = process.env.TURBOKV_MODELS_DIR ?? new URL('../../models', import.meta.url).pathname;
 let dir;
 
 function turbokv(args) {

@@ -18,11 +18,28 @@ endfunction()
 run_checked(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --component devel)
 run_checked(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --component cli)
 foreach(f lib/libturbokv_core.a include/turbokv/turboquant_cache.hpp include/turbokv/engine/runtime/session.hpp
-          lib/cmake/turbokv/turbokvConfig.cmake lib/pkgconfig/turbokv.pc bin/turbokv)
+          lib/cmake/turbokv/turbokvConfig.cmake lib/pkgconfig/turbokv.pc bin/turbokv
+          share/turbokv/models/kjv-llama-3M.bin share/turbokv/models/tok512.bin share/turbokv/models/README.md)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
 endforeach()
+
+# The installed CLI runs with no model argument from an unrelated folder, and looks for models in
+# the installed share/turbokv/models beside its bin/ (named in the error for a missing one).
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=TURBOKV_MODELS_DIR ${prefix}/bin/turbokv generate
+                        --prompt "In the beginning" -n 8
+                WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^In the beginning.......")
+  message(FATAL_ERROR "installed `turbokv generate` with no model failed (${rc}): ${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=TURBOKV_MODELS_DIR ${prefix}/bin/turbokv generate
+                        --model no-such-model.bin -n 1
+                WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(FIND "${err}" "${prefix}/share/turbokv/models" at)
+if(rc EQUAL 0 OR at EQUAL -1)
+  message(FATAL_ERROR "a missing model's error does not name ${prefix}/share/turbokv/models (${rc}): ${err}")
+endif()
 
 set(flags "")
 if(SANITIZE)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/eval/evaluate_decode.hpp"
+#include "engine/model/model_files.hpp"
 #include "engine/model/synthetic_model.hpp"
 #include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
@@ -101,7 +102,7 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
       if (!args->quiet) fmt::print(stderr, "decode-bench: building {} with random {} weights\n", args->synthetic, args->weights);
       m = engine::make_synthetic_model(args->synthetic, type, pool);
     } else {
-      m = engine::load_model(args->model);
+      m = engine::load_model(engine::find_model_file(args->model));
     }
     const engine::DecodeBenchResult result = engine::run_decode_bench(m, options, pool);
     if (args->json) {

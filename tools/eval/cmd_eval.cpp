@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/eval/evaluate.hpp"
+#include "engine/model/model_files.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "tools/command_registry.hpp"
 #include "turbokv/error.hpp"
@@ -85,7 +86,7 @@ const CommandRegistration registration{"eval", [](CLI::App& app) {
   app.add_flag("--no-progress", args->no_progress, "no progress bar on stderr");
   return [args] {
     const auto specs = parse_kv_config_list(args->kv);
-    const engine::Model model = engine::load_model(args->model);
+    const engine::Model model = engine::load_model(engine::find_model_file(args->model));
     const auto tokenizer = engine::load_tokenizer_for_model(model, args->tokenizer);
     const std::string text = read_text_file(args->text);
     const std::vector<int> tokens = engine::tokenize_lines(*tokenizer, text);

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "engine/model/model.hpp"
+#include "engine/model/model_files.hpp"
 #include "engine/runtime/sampler.hpp"
 #include "engine/runtime/session.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
@@ -26,7 +27,7 @@ namespace turbokv::tools {
 namespace {
 
 struct GenerateArgs {
-  std::string model = "kjv-llama-3M.bin";
+  std::string model = engine::kDefaultModel;
   std::string tokenizer;
   std::string prompt;
   int steps = 128;
@@ -53,7 +54,7 @@ std::string printable(const std::string& piece) {
 
 int run_generate(const GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
-  const auto model_path = resolve_model(a.model);
+  const auto model_path = engine::find_model_file(a.model);
   const engine::Model model = engine::load_model(model_path);
   const auto tok = engine::load_tokenizer_for_model(model, a.tokenizer);
   if (a.steps < 0) throw Error(fmt::format("-n must be >= 0, got {}", a.steps));
@@ -173,7 +174,7 @@ int run_generate(const GenerateArgs& a) {
 const CommandRegistration registration{"generate", [](CLI::App& app) {
   app.description("Generate text with a Llama-family model (llama2.c .bin or GGUF) and a TurboQuant or dense KV cache");
   auto a = std::make_shared<GenerateArgs>();
-  app.add_option("--model", a->model, "llama2.c .bin or .gguf; a bare name is looked up in TURBOKV_MODELS_DIR")
+  app.add_option("--model", a->model, "llama2.c .bin or .gguf; " "a bare name is looked up in the checkout's models/, the installed share/turbokv/models/, then TURBOKV_MODELS_DIR")
       ->capture_default_str();
   app.add_option("--tokenizer", a->tokenizer, "tokenizer.bin (default: tok512.bin next to a .bin model; GGUF: its own)");
   app.add_option("--prompt", a->prompt, "prompt text");

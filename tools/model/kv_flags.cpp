@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <filesystem>
 
 #include "turbokv/cache_config.hpp"
 #include "turbokv/error.hpp"
@@ -89,21 +87,6 @@ std::string kv_cache_label(const CacheConfig& config) {
   if ((config.tq.window > 0 || config.tq.sinks > 0) && config.tq.exact_dtype == DenseDtype::f16) label += " (fp16)";
   if (config.tq.int8_attention) label += ", int8 attention";
   return label;
-}
-
-namespace {
-std::string models_dir() {
-  if (const char* env = std::getenv("TURBOKV_MODELS_DIR"); env != nullptr && *env != '\0') return env;
-  return TURBOKV_MODELS_DIR;
-}
-}  // namespace
-
-std::string resolve_model(const std::string& name) {
-  if (std::filesystem::exists(name) || name.find('/') != std::string::npos) return name;
-  const auto in_models = std::filesystem::path(models_dir()) / name;
-  if (std::filesystem::exists(in_models)) return in_models.string();
-  throw Error(fmt::format("model '{}' not found (nor in {}; set TURBOKV_MODELS_DIR or give a path; see "
-                          "README for where to get the models)", name, models_dir()));
 }
 
 }  // namespace turbokv::tools

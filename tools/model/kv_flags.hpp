@@ -44,8 +44,4 @@ CacheConfig kv_cache_config(const KvFlags& flags, std::optional<double> default_
 // "dense f16", "turboquant k4/v4 mse sinks 1 window 32", ...
 std::string kv_cache_label(const CacheConfig& config);
 
-// A path as given if it exists (or contains a '/'); else the same name in the models folder
-// (TURBOKV_MODELS_DIR, environment or build setting).
-std::string resolve_model(const std::string& name);
-
 }  // namespace turbokv::tools

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/model.hpp"
+#include "engine/model/model_files.hpp"
 #include "engine/model/synthetic_model.hpp"
 #include "engine/tokenizer/synthetic_tokenizer.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
@@ -106,7 +107,7 @@ int run_bench(const BenchArgs& a) {
     model = engine::make_synthetic_model(a.model.substr(10), engine::parse_synthetic_weight_type("q8_0"), pool);
     tokenizer = std::make_unique<engine::SyntheticTokenizer>(model.config.vocab_size);
   } else {
-    model = engine::load_model(resolve_model(a.model));
+    model = engine::load_model(engine::find_model_file(a.model));
     tokenizer = engine::load_tokenizer_for_model(model, a.tokenizer);
   }
   if (a.prompt_tokens + 8 > static_cast<size_t>(model.config.seq_len)) {

@@ -17,6 +17,7 @@
 
 #include "engine/model/gguf.hpp"
 #include "engine/model/model.hpp"
+#include "engine/model/model_files.hpp"
 #include "engine/model/synthetic_model.hpp"
 #include "engine/tokenizer/synthetic_tokenizer.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
@@ -31,7 +32,7 @@ namespace turbokv::tools {
 namespace {
 
 struct ServeArgs {
-  std::string model = "kjv-llama-3M.bin";
+  std::string model = engine::kDefaultModel;
   std::string tokenizer;
   std::string alias;
   std::string synthetic_weights = "q8_0";
@@ -93,7 +94,7 @@ int run_serve(const ServeArgs& a) {
     tokenizer = std::make_unique<engine::SyntheticTokenizer>(model.config.vocab_size);
     if (model_id.empty()) model_id = a.model + ":" + a.synthetic_weights;
   } else {
-    const std::string path = resolve_model(a.model);
+    const std::string path = engine::find_model_file(a.model);
     model = engine::load_model(path);
     tokenizer = engine::load_tokenizer_for_model(model, a.tokenizer);
     if (model.format == "gguf") {
@@ -137,8 +138,7 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
   app.description("OpenAI-compatible HTTP server: continuous batching, one KV budget, prefix reuse, TurboQuant caches");
   auto a = std::make_shared<ServeArgs>();
   app.add_option("--model", a->model,
-                 "llama2.c .bin or .gguf (a bare name is looked up in TURBOKV_MODELS_DIR), or synthetic:SHAPE "
-                 "(random weights, e.g. synthetic:llama-3.2-1b)")
+                 "llama2.c .bin or .gguf, or synthetic:SHAPE (random weights, e.g. synthetic:llama-3.2-1b); " "a bare name is looked up in the checkout's models/, the installed share/turbokv/models/, then TURBOKV_MODELS_DIR")
       ->capture_default_str();
   app.add_option("--weights", a->synthetic_weights, "weight type of a synthetic model (f32, f16, q8_0, q4_0)")
       ->capture_default_str();
