@@ -7,7 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git ccache
   libeigen3-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcpp-httplib-dev            # turbokv serve (HTTP/1.1)
+  libmicrohttpd-dev             # turbokv serve's HTTP/1.1 front end (server/http/http_server.hpp)
+  libcpp-httplib-dev            # serve-bench's HTTP client
   libxxhash-dev                 # XXH3 checksums of saved caches
   libhiredis-dev                # serve --prefix-store (Redis client)
   redis-server nginx            # the shared prefix store's tests (a store, a load balancer)

@@ -1,14 +1,13 @@
 #include "server/http/api_server.hpp"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <cctype>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "server/http/connection_probe.hpp"
 #include "server/http/openai_request.hpp"
 #include "turbokv/error.hpp"
 
@@ -37,10 +36,14 @@ json error_body(const std::string& message, const std::string& type, const std::
            {{"message", message}, {"type", type}, {"code", code}, {"param", param.empty() ? json() : json(param)}}}};
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(dump(error_body(e.what(), e.type, e.code, e.param)), "application/json");
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = dump(error_body(e.what(), e.type, e.code, e.param));
+  return r;
 }
+
+HttpResponse json_response(const json& body) { return HttpResponse{200, "application/json", dump(body), {}}; }
 
 long long now_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -93,31 +96,15 @@ size_t parse_byte_size(const std::string& text) {
   return static_cast<size_t>(number * scale);
 }
 
-ApiServer::ApiServer(HttpOptions options)
-    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()), counters_(std::make_unique<Counters>()) {
-  routes();
-}
+ApiServer::ApiServer(HttpOptions options) : options_(std::move(options)), counters_(std::make_unique<Counters>()) {}
 
-ApiServer::~ApiServer() {
-  if (listener_.joinable()) shutdown(std::chrono::milliseconds(0));
-}
+ApiServer::~ApiServer() { shutdown(std::chrono::milliseconds(0)); }
 
-int ApiServer::listen(int http_threads) {
-  const int threads = std::max(4, http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  // The body limit is ours (413 as an OpenAI error); httplib's is a hard stop well above it.
-  http_->set_payload_max_length(options_.max_body_bytes + 1);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  int port = options_.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(options_.host);
-    if (port < 0) throw Error(fmt::format("cannot bind {}:any port", options_.host));
-  } else if (!http_->bind_to_port(options_.host, port)) {
-    throw Error(fmt::format("cannot bind {}:{} (in use, or not an address of this machine)", options_.host, port));
-  }
-  listener_ = std::thread([this] { http_->listen_after_bind(); });
-  return port;
+int ApiServer::listen() {
+  http_ = std::make_unique<HttpServer>(
+      options_.limits, [this](const HttpRequest& req) { return route(req); },
+      [this](int status) { counters_->count(status); });
+  return http_->listen(options_.host, options_.port);
 }
 
 void ApiServer::attach(const Backend& backend) {
@@ -128,74 +115,62 @@ void ApiServer::attach(const Backend& backend) {
 void ApiServer::shutdown(std::chrono::milliseconds grace) {
   stopping_.store(true);
   if (const Backend* b = backend_.load(); b != nullptr && b->scheduler != nullptr) b->scheduler->drain(grace);
-  http_->stop();
-  if (listener_.joinable()) listener_.join();
+  if (http_) http_->stop();
 }
 
-void ApiServer::routes() {
-  auto& svr = *http_;
-  // Every error status without a body gets an OpenAI error object (404 route, 413, 400 ...).
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) {
-      send_error(res, ApiError(404, "invalid_request_error", "not_found", fmt::format("no route {} {}", req.method, req.path)));
-    } else if (res.status == 413) {
-      send_error(res, ApiError(413, "invalid_request_error", "request_too_large", "the request body is too large"));
-    } else {
-      send_error(res, ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
-                               std::to_string(res.status), fmt::format("HTTP status {}", res.status)));
-    }
-  });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, "server_error", "internal_error", what));
-  });
-  svr.set_logger([this](const httplib::Request&, const httplib::Response& res) { counters_->count(res.status); });
-
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const bool ready = backend_.load() != nullptr && !stopping_.load();
-    res.status = ready ? 200 : 503;
-    res.set_content(dump({{"status", ready ? "ok" : (stopping_.load() ? "shutting down" : "loading model")}}),
-                    "application/json");
-  });
-
-  // Authentication and readiness for /v1/*; returns the backend or answers the error itself.
-  auto guard = [this](const httplib::Request& req, httplib::Response& res) -> const Backend* {
-    if (!options_.api_key.empty()) {
-      const std::string auth = req.get_header_value("Authorization");
-      if (auth != "Bearer " + options_.api_key) {
-        send_error(res, ApiError(401, "invalid_request_error", "invalid_api_key",
-                                 auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
-        return nullptr;
+Reply ApiServer::route(const HttpRequest& req) {
+  Reply reply;
+  HttpResponse& res = reply.response;
+  try {
+    if (req.path == "/health" && req.method == "GET") {
+      const bool ready = backend_.load() != nullptr && !stopping_.load();
+      res = json_response({{"status", ready ? "ok" : (stopping_.load() ? "shutting down" : "loading model")}});
+      res.status = ready ? 200 : 503;
+    } else if (req.path == "/metrics" && req.method == "GET") {
+      res = metrics();
+    } else if (req.path == "/v1/models" && req.method == "GET") {
+      if (const Backend* b = guard(req, res)) {
+        json model = {{"id", b->model_id}, {"object", "model"}, {"created", now_seconds()}, {"owned_by", "turbokv"},
+                      {"meta", {{"context", b->scheduler->context()}, {"vocab", b->model->config.vocab_size}}}};
+        res = json_response({{"object", "list"}, {"data", json::array({model})}});
       }
+    } else if ((req.path == "/v1/completions" || req.path == "/v1/chat/completions") && req.method == "POST") {
+      if (const Backend* b = guard(req, res)) return generate(req, *b, req.path == "/v1/chat/completions");
+    } else {
+      res = error_response(ApiError(404, "invalid_request_error", "not_found", fmt::format("no route {} {}", req.method, req.path)));
     }
-    const Backend* b = backend_.load();
-    if (b == nullptr || stopping_.load()) {
-      res.set_header("Retry-After", "1");
-      send_error(res, ApiError(503, "server_error", "unavailable",
-                               b == nullptr ? "the model is still loading" : "the server is shutting down"));
+  } catch (const ApiError& e) {
+    res = error_response(e);
+  } catch (const Error& e) {
+    res = error_response(invalid_request(e.what()));
+  } catch (const std::exception& e) {
+    res = error_response(ApiError(500, "server_error", "internal_error", e.what()));
+  }
+  return reply;
+}
+
+const Backend* ApiServer::guard(const HttpRequest& req, HttpResponse& refusal) const {
+  if (!options_.api_key.empty()) {
+    const std::string auth = req.header("Authorization");
+    if (auth != "Bearer " + options_.api_key) {
+      refusal = error_response(ApiError(401, "invalid_request_error", "invalid_api_key",
+                                        auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
       return nullptr;
     }
-    return b;
-  };
+  }
+  const Backend* b = backend_.load();
+  if (b == nullptr || stopping_.load()) {
+    refusal = error_response(ApiError(503, "server_error", "unavailable",
+                                      b == nullptr ? "the model is still loading" : "the server is shutting down"));
+    refusal.headers.emplace_back("Retry-After", "1");
+    return nullptr;
+  }
+  return b;
+}
 
-  svr.Get("/v1/models", [this, guard](const httplib::Request& req, httplib::Response& res) {
-    const Backend* b = guard(req, res);
-    if (b == nullptr) return;
-    json model = {{"id", b->model_id}, {"object", "model"}, {"created", now_seconds()}, {"owned_by", "turbokv"},
-                  {"meta", {{"context", b->scheduler->context()}, {"vocab", b->model->config.vocab_size}}}};
-    res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
-  });
-
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    std::string out;
-    if (const Backend* b = backend_.load(); b != nullptr) {
+HttpResponse ApiServer::metrics() const {
+  std::string out;
+  if (const Backend* b = backend_.load(); b != nullptr) {
       const SchedulerMetrics m = b->scheduler->metrics();
       const struct {
         const char* name;
@@ -294,173 +269,177 @@ void ApiServer::routes() {
         out += fmt::format("turbokv_http_responses_total{{status=\"{}\"}} {}\n", status, count);
       }
     }
-    res.set_content(out, "text/plain; version=0.0.4");
-  });
+  return HttpResponse{200, "text/plain; version=0.0.4", out, {}};
+}
 
-  auto generate = [this, guard](const httplib::Request& req, httplib::Response& res, bool chat) {
-    const Backend* b = guard(req, res);
-    if (b == nullptr) return;
-    try {
-      if (req.body.size() > options_.max_body_bytes) {
-        throw ApiError(413, "invalid_request_error", "request_too_large",
-                       fmt::format("the body has {} bytes; at most {} are accepted", req.body.size(), options_.max_body_bytes));
-      }
-      ParsedRequest p = parse_request(req.body, chat, b->scheduler->context());
-      if (p.model && *p.model != b->model_id) {
-        throw ApiError(404, "invalid_request_error", "model_not_found",
-                       fmt::format("the model '{}' does not exist; this server serves '{}'", *p.model, b->model_id),
-                       "model");
-      }
-      const engine::Tokenizer& tok = *b->tokenizer;
-      if (chat) {
-        const RenderedChat rendered = render_chat(b->chat_format, p.messages);
-        p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
-        p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
-      } else if (!p.prompt_is_tokens) {
-        p.generation.prompt = tok.encode(p.prompt_text, true);
-      }
-      for (const int id : p.generation.prompt) {
-        if (id >= tok.vocab_size()) throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
-      }
-      const int ctx = b->scheduler->context();
-      if (static_cast<int64_t>(p.generation.prompt.size()) >= ctx) {
-        throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
-                                          "and at least one generated token must fit)", p.generation.prompt.size(), ctx),
-                              chat ? "messages" : "prompt");
-      }
-      if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
+namespace {
 
-      auto handle = std::make_shared<RequestHandle>();
-      std::string why;
-      const auto admission = b->scheduler->submit(p.generation, handle, &why);
-      if (admission == Scheduler::Admission::queue_full) {
-        res.set_header("Retry-After", "1");
-        throw ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why);
-      }
-      if (admission == Scheduler::Admission::draining) {
-        res.set_header("Retry-After", "1");
-        throw ApiError(503, "server_error", "unavailable", why);
-      }
-      if (admission == Scheduler::Admission::too_large) throw invalid_request(why, "max_tokens");
+// What identifies a completion's chunks and body.
+struct CompletionHeader {
+  bool chat = false;
+  std::string id;
+  long long created = 0;
+  std::string model;
+  json body(json choices) const {
+    return {{"id", id},
+            {"object", chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", std::move(choices)}};
+  }
+};
 
-      const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1));
-      const long long created = now_seconds();
-      const std::string model_id = b->model_id;
-      if (!p.stream) {
-        // A blocking request's client can only be seen leaving on its socket (nothing is
-        // written before the answer): poll it between events, and cancel if it hung up.
-        const ConnectionProbe probe(req);
-        std::string text;
-        StreamEvent ev;
-        for (;;) {
-          if (!handle->wait_next(ev, std::chrono::milliseconds(200))) {
-            if (!probe.peer_gone()) continue;
-            handle->cancel();
-            res.status = 499;  // nginx's "client closed request"; nobody reads it
-            return;
-          }
-          if (ev.kind == StreamEvent::Kind::text) {
-            text += ev.text;
-            continue;
-          }
-          if (ev.kind == StreamEvent::Kind::failed) throw ApiError(500, "server_error", "internal_error", ev.error);
-          break;
-        }
-        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", ev.finish_reason}};
-        if (chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", text}};
-        } else {
-          choice["text"] = text;
-        }
-        json body = {{"id", id},
-                     {"object", chat ? "chat.completion" : "text_completion"},
-                     {"created", created},
-                     {"model", model_id},
-                     {"choices", json::array({choice})},
-                     {"usage", usage_json(ev.usage)}};
-        res.set_content(dump(body), "application/json");
-        return;
+// A non-streamed completion: the text gathered as the scheduler produces it, answered whole.
+class CompletionAnswer : public PendingAnswer {
+ public:
+  CompletionAnswer(std::shared_ptr<RequestHandle> handle, CompletionHeader header)
+      : handle_(std::move(handle)), header_(std::move(header)) {}
+  void set_wake(std::function<void()> wake) override { handle_->set_notify(std::move(wake)); }
+  void cancel() override { handle_->cancel(); }
+  std::optional<HttpResponse> poll() override {
+    StreamEvent ev;
+    while (handle_->try_next(ev)) {
+      if (ev.kind == StreamEvent::Kind::text) {
+        text_ += ev.text;
+        continue;
       }
-      // Streaming: one SSE event per text piece, then the finish chunk, usage if asked, [DONE].
-      const bool include_usage = p.include_usage;
-      auto chunk = [=](const json& delta_or_text, const json& finish) {
-        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-        if (chat) {
-          choice["delta"] = delta_or_text;
-        } else {
-          choice["text"] = delta_or_text;
-        }
-        json body = {{"id", id},
-                     {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                     {"created", created},
-                     {"model", model_id},
-                     {"choices", json::array({choice})}};
-        if (include_usage) body["usage"] = nullptr;
-        return "data: " + dump(body) + "\n\n";
-      };
-      auto started = std::make_shared<bool>(false);
-      auto idle_polls = std::make_shared<int>(0);
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [=](size_t, httplib::DataSink& sink) {
-            auto write = [&](const std::string& s) {
-              if (!sink.write(s.data(), s.size())) {
-                handle->cancel();  // the client went away
-                return false;
-              }
-              return true;
-            };
-            if (chat && !*started) {
-              *started = true;
-              if (!write(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
-            }
-            StreamEvent ev;
-            if (!handle->wait_next(ev, std::chrono::milliseconds(200))) {
-              // Waiting (queued, or a long prompt): an SSE comment every 10 s keeps proxies and
-              // clients from timing out, and finds a client that went away while it waited.
-              if (++*idle_polls % 50 == 0 && !write(": waiting\n\n")) return false;
-              if (sink.is_writable && !sink.is_writable()) {
-                handle->cancel();
-                return false;
-              }
-              return true;
-            }
-            *idle_polls = 0;
-            if (ev.kind == StreamEvent::Kind::text) {
-              return write(chunk(chat ? json{{"content", ev.text}} : json(ev.text), nullptr));
-            }
-            if (ev.kind == StreamEvent::Kind::failed) {
-              write("data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n");
-              sink.done();
-              return true;
-            }
-            if (!write(chunk(chat ? json::object() : json(""), ev.finish_reason))) return false;
-            if (include_usage) {
-              json body = {{"id", id},
-                           {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                           {"created", created},
-                           {"model", model_id},
-                           {"choices", json::array()},
-                           {"usage", usage_json(ev.usage)}};
-              if (!write("data: " + dump(body) + "\n\n")) return false;
-            }
-            if (!write("data: [DONE]\n\n")) return false;
-            sink.done();
-            return true;
-          },
-          [handle](bool success) {
-            if (!success) handle->cancel();
-          });
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const Error& e) {
-      send_error(res, invalid_request(e.what()));
+      if (ev.kind == StreamEvent::Kind::failed) return error_response(ApiError(500, "server_error", "internal_error", ev.error));
+      json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", ev.finish_reason}};
+      if (header_.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", text_}};
+      } else {
+        choice["text"] = text_;
+      }
+      json body = header_.body(json::array({choice}));
+      body["usage"] = usage_json(ev.usage);
+      return json_response(body);
     }
-  };
-  svr.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
-  svr.Post("/v1/chat/completions",
-           [generate](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
+    return std::nullopt;
+  }
+
+ private:
+  std::shared_ptr<RequestHandle> handle_;
+  CompletionHeader header_;
+  std::string text_;
+};
+
+// A streamed completion: one SSE event per text piece, then the finish chunk, usage if asked,
+// [DONE]. While nothing comes (queued, or a long prompt) an SSE comment every 10 s keeps proxies
+// and clients from timing out.
+class CompletionStream : public StreamBody {
+ public:
+  CompletionStream(std::shared_ptr<RequestHandle> handle, CompletionHeader header, bool include_usage)
+      : handle_(std::move(handle)), header_(std::move(header)), include_usage_(include_usage) {}
+  void set_wake(std::function<void()> wake) override { handle_->set_notify(std::move(wake)); }
+  void cancel() override { handle_->cancel(); }
+  Pull pull(std::string& out) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (header_.chat && !started_) {
+      started_ = true;
+      out += chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+    }
+    StreamEvent ev;
+    while (handle_->try_next(ev)) {
+      if (ev.kind == StreamEvent::Kind::text) {
+        out += chunk(header_.chat ? json{{"content", ev.text}} : json(ev.text), nullptr);
+        continue;
+      }
+      if (ev.kind == StreamEvent::Kind::failed) {
+        out += "data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n";
+        return Pull::end;
+      }
+      out += chunk(header_.chat ? json::object() : json(""), ev.finish_reason);
+      if (include_usage_) {
+        json body = header_.body(json::array());
+        if (header_.chat) body["object"] = "chat.completion.chunk";
+        body["usage"] = usage_json(ev.usage);
+        out += "data: " + dump(body) + "\n\n";
+      }
+      out += "data: [DONE]\n\n";
+      return Pull::end;
+    }
+    if (out.empty() && now - last_output_ >= std::chrono::seconds(10)) out += ": waiting\n\n";
+    if (out.empty()) return Pull::wait;
+    last_output_ = now;
+    return Pull::more;
+  }
+
+ private:
+  std::string chunk(const json& delta_or_text, const json& finish) const {
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (header_.chat) {
+      choice["delta"] = delta_or_text;
+    } else {
+      choice["text"] = delta_or_text;
+    }
+    json body = header_.body(json::array({choice}));
+    if (header_.chat) body["object"] = "chat.completion.chunk";
+    if (include_usage_) body["usage"] = nullptr;
+    return "data: " + dump(body) + "\n\n";
+  }
+
+  std::shared_ptr<RequestHandle> handle_;
+  CompletionHeader header_;
+  bool include_usage_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point last_output_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
+  ParsedRequest p = parse_request(req.body, chat, b.scheduler->context());
+  if (p.model && *p.model != b.model_id) {
+    throw ApiError(404, "invalid_request_error", "model_not_found",
+                   fmt::format("the model '{}' does not exist; this server serves '{}'", *p.model, b.model_id), "model");
+  }
+  const engine::Tokenizer& tok = *b.tokenizer;
+  if (chat) {
+    const RenderedChat rendered = render_chat(b.chat_format, p.messages);
+    p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
+    p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
+  } else if (!p.prompt_is_tokens) {
+    p.generation.prompt = tok.encode(p.prompt_text, true);
+  }
+  for (const int id : p.generation.prompt) {
+    if (id >= tok.vocab_size()) {
+      throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
+    }
+  }
+  const int ctx = b.scheduler->context();
+  if (static_cast<int64_t>(p.generation.prompt.size()) >= ctx) {
+    throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
+                                      "and at least one generated token must fit)", p.generation.prompt.size(), ctx),
+                          chat ? "messages" : "prompt");
+  }
+  if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
+
+  auto handle = std::make_shared<RequestHandle>();
+  std::string why;
+  Reply reply;
+  switch (b.scheduler->submit(p.generation, handle, &why)) {
+    case Scheduler::Admission::queue_full:
+      reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
+      reply.response.headers.emplace_back("Retry-After", "1");
+      return reply;
+    case Scheduler::Admission::draining:
+      reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
+      reply.response.headers.emplace_back("Retry-After", "1");
+      return reply;
+    case Scheduler::Admission::too_large:
+      throw invalid_request(why, "max_tokens");
+    default:
+      break;
+  }
+  CompletionHeader header{chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)),
+                          now_seconds(), b.model_id};
+  if (!p.stream) {
+    reply.pending = std::make_shared<CompletionAnswer>(handle, std::move(header));
+    return reply;
+  }
+  reply.response = HttpResponse{200, "text/event-stream", "", {{"Cache-Control", "no-cache"}}};
+  reply.stream = std::make_shared<CompletionStream>(handle, std::move(header), p.include_usage);
+  return reply;
 }
 
 }  // namespace turbokv::server

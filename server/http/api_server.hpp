@@ -1,29 +1,26 @@
-// ApiServer: the OpenAI-compatible HTTP front of the scheduler (cpp-httplib).
+// ApiServer: the OpenAI-compatible HTTP front of the scheduler, on HttpServer (libmicrohttpd,
+// server/http/http_server.hpp: the limits hostile clients meet).
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (JSON or server-sent events),
 // GET /v1/models, GET /health (503 until a backend is attached, then 200), GET /metrics
 // (Prometheus text). Every error is an OpenAI error object {"error": {message, type, code,
 // param}}. With an API key, /v1/* needs "Authorization: Bearer KEY".
 //
-// Lifecycle: construct, listen() (binds and serves on a thread), attach() a Backend once the
-// model is loaded, shutdown() to stop: new requests get 503, in-flight ones finish (within the
-// grace period) or are cancelled, then the listener closes.
+// Lifecycle: construct, listen() (binds and serves on the transport's threads), attach() a
+// Backend once the model is loaded, shutdown() to stop: new requests get 503, in-flight ones
+// finish (within the grace period) or are cancelled, then every connection is closed.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "engine/model/model.hpp"
+#include "server/http/http_server.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 #include "server/text/chat_template.hpp"
 #include "server/scheduling/scheduler.hpp"
-
-namespace httplib {
-class Server;
-}
 
 namespace turbokv::server {
 
@@ -37,10 +34,9 @@ struct Backend {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: any free port
-  std::string api_key;              // empty: no authentication
-  size_t max_body_bytes = 1 << 20;  // larger bodies: 413
-  int http_threads = 0;             // 0: parallel + max_queue + 8, at most 1024 (cmd_serve.cpp)
+  int port = 8080;      // 0: any free port
+  std::string api_key;  // empty: no authentication
+  HttpLimits limits;    // headers, bodies, connections, deadlines (docs/reliability.md)
 };
 
 class ApiServer {
@@ -48,21 +44,24 @@ class ApiServer {
   explicit ApiServer(HttpOptions options);
   ~ApiServer();
 
-  // Binds and starts serving on a thread; returns the bound port. Throws turbokv::Error.
-  int listen(int http_threads);
+  // Binds and starts serving; returns the bound port. Throws turbokv::Error.
+  int listen();
   void attach(const Backend& backend);
   void shutdown(std::chrono::milliseconds grace);
 
  private:
-  void routes();
+  Reply route(const HttpRequest& req);
+  // The backend for a /v1/* request, or the response that refuses it (auth, loading, stopping).
+  const Backend* guard(const HttpRequest& req, HttpResponse& refusal) const;
+  Reply generate(const HttpRequest& req, const Backend& b, bool chat);
+  HttpResponse metrics() const;
   struct Counters;
   HttpOptions options_;
-  std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Counters> counters_;
+  std::unique_ptr<HttpServer> http_;
   std::atomic<const Backend*> backend_{nullptr};
   Backend backend_storage_;
   std::atomic<bool> stopping_{false};
-  std::thread listener_;
 };
 
 // "512MiB", "2GiB", "1G", "300000000" -> bytes; throws turbokv::Error.

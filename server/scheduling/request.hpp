@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -42,16 +43,40 @@ struct StreamEvent {
   std::string error;          // Kind::failed
 };
 
-// One request in flight: the scheduler pushes events, the HTTP thread pops them. cancel() (a
-// client that went away) makes the scheduler drop the sequence at its next step.
+// One request in flight: the scheduler pushes events, the HTTP side pops them, either blocking
+// (wait_next) or, on an event-driven transport, when the notify hook tells it an event arrived
+// (try_next). cancel() (a client that went away) makes the scheduler drop the sequence at its
+// next step.
 class RequestHandle {
  public:
   void push(StreamEvent event) {
+    std::function<void()> notify;
     {
       std::lock_guard lock(mutex_);
       events_.push_back(std::move(event));
+      notify = notify_;
     }
     ready_.notify_all();
+    if (notify) notify();
+  }
+  // `notify` runs on the pushing thread after every later push (it must not block), and once now
+  // if events are already waiting.
+  void set_notify(std::function<void()> notify) {
+    bool waiting = false;
+    {
+      std::lock_guard lock(mutex_);
+      notify_ = notify;
+      waiting = !events_.empty();
+    }
+    if (waiting && notify) notify();
+  }
+  // The next event if one is queued.
+  bool try_next(StreamEvent& out) {
+    std::lock_guard lock(mutex_);
+    if (events_.empty()) return false;
+    out = std::move(events_.front());
+    events_.pop_front();
+    return true;
   }
   // Waits up to `timeout` for the next event; false on timeout.
   bool wait_next(StreamEvent& out, std::chrono::milliseconds timeout) {
@@ -68,6 +93,7 @@ class RequestHandle {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<StreamEvent> events_;
+  std::function<void()> notify_;
   std::atomic<bool> cancelled_{false};
 };
 

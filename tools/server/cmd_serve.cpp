@@ -75,10 +75,7 @@ int run_serve(const ServeArgs& a) {
   }
 
   server::ApiServer api(a.http);
-  // One HTTP thread per request in flight (a streaming request holds its thread), capped: past
-  // the cap, connections wait in httplib's accept queue.
-  const int port = api.listen(a.http.http_threads > 0 ? a.http.http_threads
-                                                      : std::min(a.parallel + a.max_queue + 8, 1024));
+  const int port = api.listen();
   std::printf("listening on http://%s:%d\n", a.http.host.c_str(), port);
   std::fflush(stdout);
 
@@ -163,7 +160,26 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 60000));
   app.add_option("--prefix-store-ttl", a->redis.ttl_seconds, "seconds a stored prefix lives (0: until Redis evicts it)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
-  app.add_option("--max-body", a->http.max_body_bytes, "largest request body in bytes (more: 413)")->capture_default_str();
+  // The HTTP front end's limits (docs/reliability.md, "HTTP limits").
+  server::HttpLimits& l = a->http.limits;
+  app.add_option("--max-body", l.max_body_bytes, "largest request body in bytes (more: 413, or the connection closed)")
+      ->capture_default_str();
+  app.add_option("--max-header-bytes", l.max_header_bytes, "request line and headers in bytes at most (more: 431)")
+      ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 20));
+  app.add_option("--max-headers", l.max_headers, "header fields per request at most (more: 431)")
+      ->capture_default_str()->check(CLI::Range(size_t{8}, size_t{10000}));
+  app.add_option("--max-connections", l.max_connections, "open connections at most (more wait in the listen queue)")
+      ->capture_default_str()->check(CLI::Range(1u, 100000u));
+  app.add_option("--http-threads", l.threads, "threads serving HTTP connections (event-driven: not one per client)")
+      ->capture_default_str()->check(CLI::Range(1u, 64u));
+  app.add_option_function<double>(
+         "--header-timeout", [&l](double s) { l.header_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
+         "seconds a request's line and headers may take to arrive (and a kept-alive connection may idle) [10]")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option_function<double>(
+         "--body-timeout", [&l](double s) { l.body_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
+         "seconds a request body may take to arrive [30]")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")->capture_default_str();
   return [a] { return run_serve(*a); };
 }};
