@@ -23,6 +23,7 @@ cmake --build build-asan -j"$jobs"
 # halt_on_error: a UBSan report fails the test (the build also has -fno-sanitize-recover=all).
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+TURBOKV_SLOWLORIS_SECONDS=${TURBOKV_SLOWLORIS_SECONDS:-15} \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 echo "== ASan+UBSan done after $((SECONDS - start)) s"
 
