@@ -55,19 +55,6 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
 }
 
-// Token counts at which each chat message ends, where the prompt's tokens agree with encoding
-// the text up to there on its own (true at the special tokens closing each message).
-std::vector<size_t> message_marks(const engine::Tokenizer& tok, const RenderedChat& chat, const std::vector<int>& ids) {
-  std::vector<size_t> marks;
-  for (const size_t end : chat.message_ends) {
-    const auto prefix = tok.encode(std::string_view(chat.text).substr(0, end), chat.add_bos);
-    if (prefix.size() <= ids.size() && std::equal(prefix.begin(), prefix.end(), ids.begin())) {
-      marks.push_back(prefix.size());
-    }
-  }
-  return marks;
-}
-
 void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
@@ -312,10 +299,10 @@ void ApiServer::routes() {
                        "model");
       }
       const engine::Tokenizer& tok = *b->tokenizer;
+      RenderedChat rendered;
       if (chat) {
-        const RenderedChat rendered = render_chat(b->chat_format, p.messages);
+        rendered = render_chat(b->chat_format, p.messages);
         p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
-        p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
       } else if (!p.prompt_is_tokens) {
         p.generation.prompt = tok.encode(p.prompt_text, true);
       }
@@ -328,6 +315,8 @@ void ApiServer::routes() {
                                           "and at least one generated token must fit)", p.generation.prompt.size(), ctx),
                               chat ? "messages" : "prompt");
       }
+      // Only a prompt that fits is worth its marks (the work of the request ends here otherwise).
+      if (chat) p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
       if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
 
       auto handle = std::make_shared<RequestHandle>();

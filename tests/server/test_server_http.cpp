@@ -1,0 +1,104 @@
+// The HTTP front (ApiServer) against hostile clients (issue 26): a scheduler on the kjv model and
+// its server in-process on 127.0.0.1 with a free port, and raw or httplib clients.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/model.hpp"
+#include "engine/tokenizer/tokenizer_factory.hpp"
+#include "server/http/api_server.hpp"
+#include "server/http/openai_request.hpp"
+#include "server/scheduling/scheduler.hpp"
+
+namespace turbokv::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::string kModels = TURBOKV_MODELS_DIR;
+
+struct Kjv {
+  engine::Model model = engine::load_model(kModels + "/kjv-llama-3M.bin");
+  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
+};
+
+const Kjv& kjv() {
+  static const Kjv k;
+  return k;
+}
+
+SchedulerOptions scheduler_options() {
+  SchedulerOptions o;
+  o.cache = parse_cache_config("turboquant:bits=4,window=32,sinks=1");
+  o.kv_budget = 64 << 20;
+  o.parallel = 4;
+  o.threads = 2;
+  o.page_tokens = 16;
+  return o;
+}
+
+// A scheduler and its HTTP front on 127.0.0.1, any free port; stopped by the destructor.
+struct Served {
+  explicit Served(HttpOptions http = {}) : scheduler(kjv().model, *kjv().tok, scheduler_options()), api(local(http)) {
+    port = api.listen(8);
+    api.attach({"kjv", &kjv().model, kjv().tok.get(), ChatFormat::plain, &scheduler});
+  }
+  ~Served() { api.shutdown(std::chrono::milliseconds(0)); }
+  static HttpOptions local(HttpOptions http) {
+    http.host = "127.0.0.1";
+    http.port = 0;
+    return http;
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  Scheduler scheduler;
+  ApiServer api;
+  int port = 0;
+};
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Issue 26, finding 5: each message's mark encoded the whole text up to it again (quadratic:
+// 4,000 messages took 14 s of CPU) before the context was even checked.
+TEST(ServerHttp, AChatOfThousandsOfMessagesIsRefusedInWellUnderASecond) {
+  Served served;
+  json messages = json::array();
+  for (int i = 0; i < 4000; ++i) {
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "And God said, Let there be light."}});
+  }
+  const std::string body = json{{"messages", messages}, {"max_tokens", 4}}.dump();
+  ASSERT_GT(body.size(), 180000u);
+  auto client = served.client();
+  const double cpu0 = process_cpu_seconds();
+  const auto res = client.Post("/v1/chat/completions", body, "application/json");
+  const double cpu = process_cpu_seconds() - cpu0;
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("context"), std::string::npos) << res->body;
+  EXPECT_LT(cpu, 1.0) << "CPU seconds for one request";
+}
+
+}  // namespace
+}  // namespace turbokv::server
