@@ -337,17 +337,20 @@ void ApiServer::routes() {
       const std::string model_id = b->model_id;
       if (!p.stream) {
         // A blocking request's client can only be seen leaving on its socket (nothing is
-        // written before the answer): poll it between events, and cancel if it hung up.
+        // written before the answer): poll it (without waiting) after every event and every
+        // 200 ms without one, and cancel if it hung up. Only on the quiet 200 ms missed a
+        // client that left while tokens kept coming (issue 26).
         const ConnectionProbe probe(req);
         std::string text;
         StreamEvent ev;
         for (;;) {
-          if (!handle->wait_next(ev, std::chrono::milliseconds(200))) {
-            if (!probe.peer_gone()) continue;
+          const bool got = handle->wait_next(ev, std::chrono::milliseconds(200));
+          if (probe.peer_gone()) {
             handle->cancel();
             res.status = 499;  // nginx's "client closed request"; nobody reads it
             return;
           }
+          if (!got) continue;
           if (ev.kind == StreamEvent::Kind::text) {
             text += ev.text;
             continue;

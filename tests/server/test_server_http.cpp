@@ -100,5 +100,46 @@ TEST(ServerHttp, AChatOfThousandsOfMessagesIsRefusedInWellUnderASecond) {
   EXPECT_LT(cpu, 1.0) << "CPU seconds for one request";
 }
 
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  return fd;
+}
+
+// Issue 26, finding 6: the hang-up probe ran only after 200 ms without a token, so a client that
+// left while tokens kept coming was never seen and its request ran to max_tokens.
+TEST(ServerHttp, ANonStreamingClientThatHangsUpMidGenerationIsCancelled) {
+  Served served;
+  const std::string body = R"({"prompt": "In the beginning", "max_tokens": 240, "ignore_eos": true, "temperature": 0})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = connect_to(served.port);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (served.scheduler.metrics().generated_tokens_total < 3 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  close(fd);
+  SchedulerMetrics m;
+  for (;;) {
+    m = served.scheduler.metrics();
+    if (m.requests_cancelled_total + m.requests_finished_total > 0 || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(m.requests_cancelled_total, 1u);
+  EXPECT_EQ(m.requests_finished_total, 0u);
+  EXPECT_LT(m.generated_tokens_total, 120u) << "tokens generated for a client that was gone";
+}
+
 }  // namespace
 }  // namespace turbokv::server
