@@ -55,6 +55,14 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
 }
 
+bool conflicting_lengths(const httplib::Request& req) {
+  const size_t n = req.get_header_value_count("Content-Length");
+  for (size_t i = 1; i < n; ++i) {
+    if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0)) return true;
+  }
+  return false;
+}
+
 void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
@@ -143,7 +151,21 @@ void ApiServer::routes() {
     }
     send_error(res, ApiError(500, "server_error", "internal_error", what));
   });
-  svr.set_logger([this](const httplib::Request&, const httplib::Response& res) { counters_->count(res.status); });
+  // Content-Length headers that disagree: a proxy in front may frame the body by another one
+  // than httplib (the first), and what one takes for the next request the other takes for body
+  // (request smuggling). Refused before the body is read, and once the answer is out (the
+  // logger runs then; httplib 0.11 closes a connection only when the request asks to) nothing
+  // more is read from the connection.
+  svr.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!conflicting_lengths(req)) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Connection", "close");
+    send_error(res, ApiError(400, "invalid_request_error", "invalid_request", "conflicting Content-Length headers"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    counters_->count(res.status);
+    if (conflicting_lengths(req)) ConnectionProbe(req).stop_reading();
+  });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool ready = backend_.load() != nullptr && !stopping_.load();

@@ -64,4 +64,12 @@ bool ConnectionProbe::peer_gone() const {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+void ConnectionProbe::stop_reading() const {
+  if (fd_ < 0) return;
+  char discard[4096];
+  while (recv(fd_, discard, sizeof discard, MSG_DONTWAIT) > 0) {
+  }
+  shutdown(fd_, SHUT_RD);
+}
+
 }  // namespace turbokv::server

@@ -22,6 +22,11 @@ class ConnectionProbe {
   // found (then the request simply runs to its end, as before).
   bool peer_gone() const;
   bool found() const { return fd_ >= 0; }
+  // Ends reading from the connection once a response that closes it is out: discards what the
+  // client has sent (closing with unread bytes resets the connection, and a reset may destroy
+  // the response before the client reads it: RFC 7230, 6.6) and shuts the read side, so
+  // httplib reads no further request from it. No-op when the socket was not found.
+  void stop_reading() const;
 
  private:
   int fd_ = -1;

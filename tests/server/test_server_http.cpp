@@ -141,5 +141,56 @@ TEST(ServerHttp, ANonStreamingClientThatHangsUpMidGenerationIsCancelled) {
   EXPECT_LT(m.generated_tokens_total, 120u) << "tokens generated for a client that was gone";
 }
 
+// Sends `bytes` on a new connection and reads until the server closes it (or 10 s pass).
+std::string exchange(int port, const std::string& bytes) {
+  const int fd = connect_to(port);
+  if (fd < 0) return "connect failed";
+  send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::string response;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return response;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Two Content-Length headers that disagree: which one frames the body is ambiguous (request
+// smuggling behind a proxy that reads the other one). Refused, and the connection closed so the
+// bytes after the first body are never read as a request.
+TEST(ServerHttp, ConflictingContentLengthsAreRefusedAndTheConnectionClosed) {
+  Served served;
+  const std::string smuggled = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  // A short body, and one past httplib's 4 KiB read buffer: its rest and the smuggled request
+  // are still unread in the socket when the 400 is out.
+  for (const std::string& body : {std::string(R"({"prompt": "In", "max_tokens": 1})"),
+                                 R"({"prompt": "In", "max_tokens": 1, "pad": ")" + std::string(6000, 'x') + "\"}"}) {
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n"
+                                "Content-Length: " + std::to_string(body.size() + smuggled.size()) + "\r\n\r\n" +
+                                body + smuggled;
+    const auto t0 = Clock::now();
+    const std::string response = exchange(served.port, request);
+    EXPECT_EQ(response.rfind("HTTP/1.1 400", 0), 0u) << response;
+    EXPECT_NE(response.find("Content-Length"), std::string::npos) << response;
+    EXPECT_EQ(count(response, "HTTP/1.1 "), 1u) << "the bytes after the body were read as a request:\n" << response;
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2)) << "the connection was kept open";
+  }
+  // Repeating the same value is not a conflict.
+  const std::string body = R"({"prompt": "In", "max_tokens": 1})";
+  const std::string same = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                           "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  EXPECT_EQ(exchange(served.port, same).rfind("HTTP/1.1 200", 0), 0u);
+}
+
 }  // namespace
 }  // namespace turbokv::server
