@@ -178,7 +178,7 @@ void ApiServer::routes() {
   auto guard = [this](const httplib::Request& req, httplib::Response& res) -> const Backend* {
     if (!options_.api_key.empty()) {
       const std::string auth = req.get_header_value("Authorization");
-      if (auth != "Bearer " + options_.api_key) {
+      if (!bearer_token_matches(auth, options_.api_key)) {
         send_error(res, ApiError(401, "invalid_request_error", "invalid_api_key",
                                  auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
         return nullptr;

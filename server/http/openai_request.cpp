@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -162,6 +163,25 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
     throw invalid_request("'prompt' must be a string, a list of token ids, or a list holding one of those", "prompt");
   }
   return out;
+}
+
+bool bearer_token_matches(std::string_view authorization, std::string_view key) {
+  constexpr std::string_view scheme = "bearer";
+  if (key.empty() || authorization.size() <= scheme.size() || authorization[scheme.size()] != ' ') return false;
+  for (size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return false;
+  }
+  std::string_view token = authorization.substr(scheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  // Every byte of the token is compared whether or not an earlier one differed, so the time
+  // tells nothing about how much of a guess is right (CVE-2025-59425 in vLLM: a comparison that
+  // stops at the first difference); it depends only on the length the client sent (the key is
+  // read cyclically, a token of another length has already failed).
+  unsigned char differ = token.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < token.size(); ++i) {
+    differ |= static_cast<unsigned char>(token[i] ^ key[i % key.size()]);
+  }
+  return differ == 0;
 }
 
 }  // namespace turbokv::server

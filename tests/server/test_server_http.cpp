@@ -192,5 +192,45 @@ TEST(ServerHttp, ConflictingContentLengthsAreRefusedAndTheConnectionClosed) {
   EXPECT_EQ(exchange(served.port, same).rfind("HTTP/1.1 200", 0), 0u);
 }
 
+// RFC 6750 (through RFC 7235): the auth scheme is case-insensitive.
+TEST(ServerHttp, TheBearerSchemeIsCaseInsensitive) {
+  Served served({.api_key = "sesame"});
+  auto client = served.client();
+  for (const char* header : {"Bearer sesame", "bearer sesame", "BEARER sesame", "Bearer   sesame"}) {
+    const auto res = client.Get("/v1/models", {{"Authorization", header}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << header;
+  }
+  for (const char* header : {"Bearer sesam", "Bearer sesamee", "Basic sesame", "Bearer", "Bearersesame", "sesame",
+                             "Bearer SESAME"}) {
+    const auto res = client.Get("/v1/models", {{"Authorization", header}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401) << header;
+  }
+}
+
+// CVE-2025-59425 (vLLM): a comparison that stops at the first wrong byte tells an attacker, by
+// its time, how much of a guess was right. With a 1 MiB key, memcmp answers a wrong first byte
+// hundreds of times faster than a wrong last byte; a constant-time comparison takes as long.
+TEST(ServerHttp, TheApiKeyIsComparedInConstantTime) {
+  const std::string key(1 << 20, 'k');
+  std::string wrong_first = "Bearer " + key, wrong_last = "Bearer " + key;
+  wrong_first[7] = 'x';
+  wrong_last.back() = 'x';
+  auto fastest = [&](const std::string& header) {
+    double best = 1e9;
+    for (int rep = 0; rep < 40; ++rep) {
+      const auto t0 = Clock::now();
+      const bool ok = bearer_token_matches(header, key);
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+      EXPECT_FALSE(ok);
+    }
+    return best;
+  };
+  const double first = fastest(wrong_first), last = fastest(wrong_last);
+  EXPECT_LT(last / first, 3.0) << "wrong first byte " << first * 1e6 << " us, wrong last byte " << last * 1e6 << " us";
+  EXPECT_TRUE(bearer_token_matches("Bearer " + key, key));
+}
+
 }  // namespace
 }  // namespace turbokv::server
