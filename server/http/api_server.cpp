@@ -174,16 +174,19 @@ void ApiServer::routes() {
                     "application/json");
   });
 
+  // Whether the request carries the API key (if there is one); answers the 401 itself.
+  auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty()) return true;
+    const std::string auth = req.get_header_value("Authorization");
+    if (bearer_token_matches(auth, options_.api_key)) return true;
+    send_error(res, ApiError(401, "invalid_request_error", "invalid_api_key",
+                             auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
+    return false;
+  };
+
   // Authentication and readiness for /v1/*; returns the backend or answers the error itself.
-  auto guard = [this](const httplib::Request& req, httplib::Response& res) -> const Backend* {
-    if (!options_.api_key.empty()) {
-      const std::string auth = req.get_header_value("Authorization");
-      if (!bearer_token_matches(auth, options_.api_key)) {
-        send_error(res, ApiError(401, "invalid_request_error", "invalid_api_key",
-                                 auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
-        return nullptr;
-      }
-    }
+  auto guard = [this, authorized](const httplib::Request& req, httplib::Response& res) -> const Backend* {
+    if (!authorized(req, res)) return nullptr;
     const Backend* b = backend_.load();
     if (b == nullptr || stopping_.load()) {
       res.set_header("Retry-After", "1");
@@ -202,7 +205,10 @@ void ApiServer::routes() {
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
 
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  // With an API key, /metrics needs it too (the counts tell the traffic and the deployment),
+  // unless --metrics-public; /health stays open for load balancers.
+  svr.Get("/metrics", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!options_.metrics_public && !authorized(req, res)) return;
     std::string out;
     if (const Backend* b = backend_.load(); b != nullptr) {
       const SchedulerMetrics m = b->scheduler->metrics();

@@ -3,7 +3,8 @@
 // Routes: POST /v1/completions, POST /v1/chat/completions (JSON or server-sent events),
 // GET /v1/models, GET /health (503 until a backend is attached, then 200), GET /metrics
 // (Prometheus text). Every error is an OpenAI error object {"error": {message, type, code,
-// param}}. With an API key, /v1/* needs "Authorization: Bearer KEY".
+// param}}. With an API key, /v1/* and /metrics (unless metrics_public) need
+// "Authorization: Bearer KEY"; /health never does.
 //
 // Lifecycle: construct, listen() (binds and serves on a thread), attach() a Backend once the
 // model is loaded, shutdown() to stop: new requests get 503, in-flight ones finish (within the
@@ -39,6 +40,7 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: any free port
   std::string api_key;              // empty: no authentication
+  bool metrics_public = false;      // with an API key: /metrics answers without it too
   size_t max_body_bytes = 1 << 20;  // larger bodies: 413
   int http_threads = 0;             // 0: parallel + max_queue + 8, at most 1024 (cmd_serve.cpp)
 };

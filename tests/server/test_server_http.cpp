@@ -192,6 +192,30 @@ TEST(ServerHttp, ConflictingContentLengthsAreRefusedAndTheConnectionClosed) {
   EXPECT_EQ(exchange(served.port, same).rfind("HTTP/1.1 200", 0), 0u);
 }
 
+TEST(ServerHttp, MetricsNeedTheApiKeyUnlessMadePublic) {
+  {
+    Served served({.api_key = "sesame"});
+    auto client = served.client();
+    const auto open = client.Get("/metrics");
+    ASSERT_TRUE(open);
+    EXPECT_EQ(open->status, 401);
+    EXPECT_EQ(open->body.find("turbokv_requests_running"), std::string::npos);
+    const auto with_key = client.Get("/metrics", {{"Authorization", "Bearer sesame"}});
+    ASSERT_TRUE(with_key);
+    EXPECT_EQ(with_key->status, 200);
+    EXPECT_NE(with_key->body.find("turbokv_requests_running"), std::string::npos);
+    const auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);  // what load balancers poll stays open
+  }
+  {
+    Served served({.api_key = "sesame", .metrics_public = true});
+    const auto open = served.client().Get("/metrics");
+    ASSERT_TRUE(open);
+    EXPECT_EQ(open->status, 200);
+  }
+}
+
 // RFC 6750 (through RFC 7235): the auth scheme is case-insensitive.
 TEST(ServerHttp, TheBearerSchemeIsCaseInsensitive) {
   Served served({.api_key = "sesame"});
