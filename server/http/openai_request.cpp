@@ -38,9 +38,12 @@ bool bool_field(const json& body, const char* key) {
 
 int token_id(const json& v, const char* key) {
   if (!v.is_number_integer()) throw invalid_request(fmt::format("'{}' must hold token ids (integers)", key), key);
-  const auto id = v.get<int64_t>();
-  if (id < 0 || id > std::numeric_limits<int>::max()) throw invalid_request(fmt::format("token id {} out of range", id), key);
-  return static_cast<int>(id);
+  // v.dump(): an id past int64 would read as a wrapped negative number.
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
+                             : v.get<int64_t>() < 0) {
+    throw invalid_request(fmt::format("token id {} out of range", v.dump()), key);
+  }
+  return v.get<int>();
 }
 
 std::string message_content(const json& content, size_t index) {
@@ -86,9 +89,17 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!present(body, key)) continue;
     const json& v = body.at(key);
+    // Past int64 the parser gives an unsigned integer (up to 2^64 - 1), then a double: compared
+    // as such and reported as sent (read as int64, 2^63 was "got -9223372036854775808").
+    const bool too_large = (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(context)) ||
+                           (v.is_number_float() && v.get<double>() > 0x1p63);
+    if (too_large) {
+      throw invalid_request(
+          fmt::format("'{}' must be between 1 and the context size {}, got {}: too large", key, context, v.dump()), key);
+    }
     if (!v.is_number_integer()) throw invalid_request(fmt::format("'{}' must be an integer", key), key);
     const auto n = v.get<int64_t>();
-    if (n < 1 || n > context) {
+    if (n < 1) {
       throw invalid_request(fmt::format("'{}' must be between 1 and the context size {}, got {}", key, context, n), key);
     }
     out.generation.max_tokens = static_cast<int>(n);
