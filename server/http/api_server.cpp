@@ -55,6 +55,7 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
 }
 
+// Whether the request has Content-Length headers that disagree (see the pre-routing handler).
 bool conflicting_lengths(const httplib::Request& req) {
   const size_t n = req.get_header_value_count("Content-Length");
   for (size_t i = 1; i < n; ++i) {
@@ -366,8 +367,8 @@ void ApiServer::routes() {
       if (!p.stream) {
         // A blocking request's client can only be seen leaving on its socket (nothing is
         // written before the answer): poll it (without waiting) after every event and every
-        // 200 ms without one, and cancel if it hung up. Only on the quiet 200 ms missed a
-        // client that left while tokens kept coming (issue 26).
+        // 200 ms without one, and cancel if it hung up. Polling only after 200 ms without an
+        // event missed a client that left while tokens kept coming (issue 26).
         const ConnectionProbe probe(req);
         std::string text;
         StreamEvent ev;

@@ -66,8 +66,10 @@ bool ConnectionProbe::peer_gone() const {
 
 void ConnectionProbe::stop_reading() const {
   if (fd_ < 0) return;
+  // What has arrived, at most a socket buffer's worth (a client that keeps sending is not
+  // waited for).
   char discard[4096];
-  while (recv(fd_, discard, sizeof discard, MSG_DONTWAIT) > 0) {
+  for (int i = 0; i < 256 && recv(fd_, discard, sizeof discard, MSG_DONTWAIT) > 0; ++i) {
   }
   shutdown(fd_, SHUT_RD);
 }
