@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/text/chat_template.hpp"
@@ -40,5 +41,9 @@ struct ParsedRequest {
 // Throws ApiError (400) on a body that is not a JSON object, or a field of the wrong type or
 // out of range; `chat` selects the chat completions fields.
 ParsedRequest parse_request(const std::string& body, bool chat, int context);
+
+// Whether an Authorization header value is "Bearer <key>": the scheme in any case (RFC 6750
+// through RFC 7235), one or more spaces, then the key compared in constant time.
+bool bearer_token_matches(std::string_view authorization, std::string_view key);
 
 }  // namespace turbokv::server

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/tokenizer/tokenizer.hpp"
+
 namespace turbokv::server {
 
 struct ChatMessage {
@@ -31,5 +33,10 @@ struct RenderedChat {
 
 // The prompt for `messages`, ending with the assistant's turn header.
 RenderedChat render_chat(ChatFormat format, const std::vector<ChatMessage>& messages);
+
+// Token counts at which each chat message ends, where the prompt's tokens `ids` (the encoding of
+// chat.text) agree with encoding the text up to there on its own (true at the special tokens
+// closing each message): the prefixes worth keeping for the conversation's next turn.
+std::vector<size_t> message_marks(const engine::Tokenizer& tok, const RenderedChat& chat, const std::vector<int>& ids);
 
 }  // namespace turbokv::server
