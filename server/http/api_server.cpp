@@ -388,7 +388,7 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
   RenderedChat rendered;
   if (chat) {
     rendered = render_chat(b.chat_format, p.messages);
-    p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
+    p.generation.prompt = rendered.encode(tok);
   } else if (!p.prompt_is_tokens) {
     p.generation.prompt = tok.encode(p.prompt_text, true);
   }

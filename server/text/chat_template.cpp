@@ -22,12 +22,18 @@ ChatFormat detect_chat_format(const std::string& t) {
 RenderedChat render_chat(ChatFormat format, const std::vector<ChatMessage>& messages) {
   RenderedChat out;
   auto role_of = [](const ChatMessage& m) { return m.role == "developer" ? std::string("system") : m.role; };
+  auto add_content = [&out](const ChatMessage& m) {
+    out.contents.push_back({out.text.size(), out.text.size() + m.content.size()});
+    out.text += m.content;
+  };
   switch (format) {
     case ChatFormat::llama3:
       out.add_bos = false;
       out.text = "<|begin_of_text|>";
       for (const auto& m : messages) {
-        out.text += "<|start_header_id|>" + role_of(m) + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+        out.text += "<|start_header_id|>" + role_of(m) + "<|end_header_id|>\n\n";
+        add_content(m);
+        out.text += "<|eot_id|>";
         out.message_ends.push_back(out.text.size());
       }
       out.text += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -35,14 +41,18 @@ RenderedChat render_chat(ChatFormat format, const std::vector<ChatMessage>& mess
     case ChatFormat::chatml:
       out.add_bos = false;
       for (const auto& m : messages) {
-        out.text += "<|im_start|>" + role_of(m) + "\n" + m.content + "<|im_end|>\n";
+        out.text += "<|im_start|>" + role_of(m) + "\n";
+        add_content(m);
+        out.text += "<|im_end|>\n";
         out.message_ends.push_back(out.text.size());
       }
       out.text += "<|im_start|>assistant\n";
       break;
     case ChatFormat::plain:
       for (const auto& m : messages) {
-        out.text += role_of(m) + ": " + m.content + "\n";
+        out.text += role_of(m) + ": ";
+        add_content(m);
+        out.text += "\n";
         out.message_ends.push_back(out.text.size());
       }
       out.text += "assistant:";

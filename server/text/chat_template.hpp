@@ -29,6 +29,14 @@ struct RenderedChat {
   std::string text;                  // encode with BOS for plain, without for llama3 (it has its own)
   bool add_bos = true;
   std::vector<size_t> message_ends;  // byte offsets in text where each message ends
+  // Where the messages' contents are in text: what users wrote, encoded with control tokens
+  // off (Tokenizer::encode_marked), so "<|eot_id|>" typed in a message cannot close its turn and
+  // forge the next one; only the template's own text carries control tokens. (The plain format
+  // has no control tokens: there a content line "system: ..." reads like a turn. It is for
+  // models without a chat template and is no boundary between roles; see README, "Serving".)
+  std::vector<engine::TextRange> contents;
+  // The prompt's tokens.
+  std::vector<int> encode(const engine::Tokenizer& tok) const { return tok.encode_marked(text, add_bos, contents); }
 };
 
 // The prompt for `messages`, ending with the assistant's turn header.
