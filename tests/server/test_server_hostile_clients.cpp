@@ -173,6 +173,14 @@ class Serve {
   FILE* stdout_ = nullptr;
 };
 
+// ASan keeps freed memory in quarantine (up to 256 MiB), so under it RSS says nothing about
+// what the server holds: the memory bars apply to the normal build (the README's test command).
+#ifdef __SANITIZE_ADDRESS__
+constexpr bool kRssMeansHeld = false;
+#else
+constexpr bool kRssMeansHeld = true;
+#endif
+
 bool have_tool() { return !tool().empty() && access(tool().c_str(), X_OK) == 0; }
 
 const std::string kCompletion = R"({"prompt": "In the beginning", "max_tokens": 8, "temperature": 0})";
@@ -247,7 +255,9 @@ TEST(HostileClients, FloodsAndBombsAreRefusedAndMemoryReturns) {
 
   std::this_thread::sleep_for(300ms);
   const size_t after = s.rss_bytes();
-  EXPECT_LE(static_cast<double>(after), 1.2 * static_cast<double>(before)) << "RSS " << before << " -> " << after;
+  if (kRssMeansHeld) {
+    EXPECT_LE(static_cast<double>(after), 1.2 * static_cast<double>(before)) << "RSS " << before << " -> " << after;
+  }
   EXPECT_EQ(status_of(s.post("/v1/completions", kCompletion)), 200);
 }
 
@@ -382,5 +392,7 @@ TEST(HostileClients, SlowlorisOf200ConnectionsStarvesNobody) {
   if (duration >= 20) {
     EXPECT_GT(reconnects.load(), 0) << "the header deadline never cut a trickling connection";
   }
-  EXPECT_LE(static_cast<double>(s.rss_bytes()), 1.2 * static_cast<double>(before));
+  if (kRssMeansHeld) {
+    EXPECT_LE(static_cast<double>(s.rss_bytes()), 1.2 * static_cast<double>(before));
+  }
 }
