@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,10 +102,9 @@ class Serve {
     close(out[1]);
     stdout_ = fdopen(out[0], "r");
     char line[512];
-    const std::regex listening("listening on http://[^:]+:([0-9]+)");
     while (port_ == 0 && std::fgets(line, sizeof line, stdout_) != nullptr) {
-      std::cmatch m;
-      if (std::regex_search(line, m, listening)) port_ = std::stoi(m[1]);
+      const std::string text = line;  // "listening on http://HOST:PORT"
+      if (text.rfind("listening on http://", 0) == 0) port_ = std::atoi(text.substr(text.rfind(':') + 1).c_str());
     }
     const auto t0 = Clock::now();
     while (port_ > 0 && seconds_since(t0) < 60 && status_of(get("/health")) != 200) std::this_thread::sleep_for(50ms);
