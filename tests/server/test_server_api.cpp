@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/model.hpp"
+#include "raw_http_client.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/http/api_server.hpp"
 #include "server/http/openai_request.hpp"
@@ -26,6 +27,10 @@
 
 namespace turbokv::server {
 namespace {
+
+using test::connect_to;
+using test::read_until_closed;
+using test::send_all;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -108,21 +113,6 @@ TEST(ServerApi, AChatOfThousandsOfMessagesIsRefusedInWellUnderASecond) {
   EXPECT_LT(cpu, 1.0) << "CPU seconds for one request";
 }
 
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval timeout{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  return fd;
-}
-
 // Issue 26, finding 6: the hang-up probe ran only after 200 ms without a token, so a client that
 // left while tokens kept coming was never seen and its request ran to max_tokens.
 TEST(ServerApi, ANonStreamingClientThatHangsUpMidGenerationIsCancelled) {
@@ -132,7 +122,7 @@ TEST(ServerApi, ANonStreamingClientThatHangsUpMidGenerationIsCancelled) {
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const int fd = connect_to(served.port);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(send_all(fd, request));
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (served.scheduler.metrics().generated_tokens_total < 3 && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -153,14 +143,8 @@ TEST(ServerApi, ANonStreamingClientThatHangsUpMidGenerationIsCancelled) {
 std::string exchange(int port, const std::string& bytes) {
   const int fd = connect_to(port);
   if (fd < 0) return "connect failed";
-  send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::string response;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n <= 0) break;
-    response.append(buffer, static_cast<size_t>(n));
-  }
+  send_all(fd, bytes);
+  std::string response = read_until_closed(fd, std::chrono::seconds(10));
   close(fd);
   return response;
 }

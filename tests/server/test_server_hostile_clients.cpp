@@ -3,12 +3,8 @@
 // that starved everyone, a SIGTERM that never ended, non-streaming clients that left unseen.
 // Each test failed against the cpp-httplib front end (run this binary with TURBOKV_TOOL set to
 // an older build to see it); the server's memory is read from /proc/PID/status.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,8 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "raw_http_client.hpp"
 #include "skip_policy.hpp"
 
+using namespace turbokv::test;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -35,51 +33,6 @@ std::string tool() {
   const char* env = std::getenv("TURBOKV_TOOL");
   return env != nullptr && *env != '\0' ? env : TURBOKV_TOOL_PATH;
 }
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const std::string& data) {
-  size_t at = 0;
-  while (at < data.size()) {
-    const ssize_t n = send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// What arrives until the peer closes, a whole Content-Length response is in, or the timeout.
-std::string read_response(int fd, std::chrono::milliseconds timeout) {
-  std::string out;
-  const auto end = Clock::now() + timeout;
-  char buf[65536];
-  while (Clock::now() < end) {
-    const size_t head = out.find("\r\n\r\n");
-    if (head != std::string::npos) {
-      const size_t cl = out.find("Content-Length: ");
-      if (cl != std::string::npos && cl < head && out.size() >= head + 4 + std::stoul(out.substr(cl + 16))) break;
-    }
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-int status_of(const std::string& r) { return r.rfind("HTTP/1.", 0) == 0 && r.size() >= 12 ? std::stoi(r.substr(9, 3)) : -1; }
 
 // A `turbokv serve --port 0 ARGS` child process.
 class Serve {
@@ -134,7 +87,7 @@ class Serve {
     const int fd = connect_to(port_);
     if (fd < 0) return "";
     send_all(fd, raw);
-    std::string r = read_response(fd, timeout);
+    std::string r = read_responses(fd, 1, timeout);
     close(fd);
     return r;
   }
@@ -206,7 +159,7 @@ TEST(HostileClients, FloodsAndBombsAreRefusedAndMemoryReturns) {
       clients.emplace_back([&] {
         const int fd = connect_to(s.port());
         send_all(fd, flood);
-        if (status_of(read_response(fd, 5000ms)) == 200) ++accepted;
+        if (status_of(read_responses(fd, 1, 5000ms)) == 200) ++accepted;
         close(fd);
       });
     }
@@ -228,7 +181,7 @@ TEST(HostileClients, FloodsAndBombsAreRefusedAndMemoryReturns) {
     const std::string chunk = "100000\r\n" + std::string(1 << 20, ' ') + "\r\n";
     size_t sent = 0;
     while (sent < (100u << 20) && send_all(fd, chunk)) sent += 1 << 20;
-    read_response(fd, 2000ms);
+    read_responses(fd, 1, 2000ms);
     close(fd);
     EXPECT_LT(sent, 32u << 20) << "the server read " << sent << " bytes of a body past --max-body";
   }
