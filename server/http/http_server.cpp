@@ -52,7 +52,8 @@ struct Waker {
   std::atomic<int>* suspended_count = nullptr;
 
   // Resumes outside the lock: a suspended connection cannot end until it is resumed, and only the
-  // wake that cleared `suspended` resumes it.
+  // wake that cleared `suspended` resumes it. The count drops only once the resume is done, so
+  // stop(), which waits for it to reach zero, never stops the daemon under a resume.
   void wake() {
     MHD_Connection* resume = nullptr;
     {
@@ -60,11 +61,13 @@ struct Waker {
       woken = true;
       if (suspended && connection != nullptr) {
         suspended = false;
-        suspended_count->fetch_sub(1);
         resume = connection;
       }
     }
-    if (resume != nullptr) MHD_resume_connection(resume);
+    if (resume != nullptr) {
+      MHD_resume_connection(resume);
+      suspended_count->fetch_sub(1);
+    }
   }
   void before_poll() {
     std::lock_guard lock(mutex);
