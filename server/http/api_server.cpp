@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "server/http/openai_request.hpp"
@@ -289,70 +292,212 @@ struct CompletionHeader {
   }
 };
 
-// A non-streamed completion: the text gathered as the scheduler produces it, answered whole.
+json utf8_bytes(const std::string& s) {
+  json out = json::array();
+  for (const char c : s) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+// Tokens' log-probabilities in OpenAI's shapes: completions {tokens, token_logprobs,
+// top_logprobs, text_offset} (parallel arrays; text_offset in bytes of the choice's text),
+// chat {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}. Each
+// add() returns its tokens' part (a streamed chunk's) and appends it to all() (the whole answer's).
+class LogprobWriter {
+ public:
+  LogprobWriter(const engine::Tokenizer& tok, bool chat, int prev) : tok_(tok), chat_(chat), prev_(prev) {
+    all_ = empty();
+  }
+  // `unscored`: a first token without a log-probability (the prompt's first, echoed).
+  json add(std::span<const engine::TokenLogprob> tokens, std::optional<int> unscored = std::nullopt) {
+    json part = empty();
+    if (unscored) put(part, *unscored, std::nullopt, {});
+    for (const auto& t : tokens) put(part, t.token, t.logprob, t.top);
+    for (auto& [key, values] : part.items()) {
+      for (auto& v : values) all_[key].push_back(v);
+    }
+    return part;
+  }
+  void set_offset(size_t offset) { offset_ = offset; }
+  const json& all() const { return all_; }
+
+ private:
+  json empty() const {
+    if (chat_) return {{"content", json::array()}};
+    return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+  }
+  void put(json& part, int id, std::optional<float> logprob, const std::vector<std::pair<int, float>>& top) {
+    const std::string text = tok_.token_text(prev_, id);
+    if (chat_) {
+      json alternatives = json::array();
+      for (const auto& [alt, lp] : top) {
+        const std::string s = tok_.token_text(prev_, alt);
+        alternatives.push_back({{"token", s}, {"logprob", lp}, {"bytes", utf8_bytes(s)}});
+      }
+      part["content"].push_back(
+          {{"token", text}, {"logprob", *logprob}, {"bytes", utf8_bytes(text)}, {"top_logprobs", alternatives}});
+    } else {
+      json alternatives = logprob ? json::object() : json();
+      for (const auto& [alt, lp] : top) alternatives[tok_.token_text(prev_, alt)] = lp;
+      part["tokens"].push_back(text);
+      part["token_logprobs"].push_back(logprob ? json(*logprob) : json());
+      part["top_logprobs"].push_back(alternatives);
+      part["text_offset"].push_back(offset_);
+    }
+    offset_ += text.size();
+    prev_ = id;
+  }
+  const engine::Tokenizer& tok_;
+  bool chat_;
+  int prev_;
+  size_t offset_ = 0;
+  json all_;
+};
+
+// What an answer needs besides the scheduler's events: how to name tokens, what to echo.
+struct AnswerSpec {
+  CompletionHeader header;
+  const engine::Tokenizer* tok = nullptr;
+  std::vector<int> prompt;
+  bool logprobs = false;
+  bool echo = false;          // completions: the prompt's text (and with logprobs its tokens') first
+  std::string echo_text;
+  bool include_usage = false;  // streams
+};
+
+// One choice of an answer: its request's events turned into text and log-probabilities.
+struct Choice {
+  Choice(std::shared_ptr<RequestHandle> h, const AnswerSpec& spec) : handle(std::move(h)) {
+    if (spec.logprobs) logprobs.emplace(*spec.tok, spec.header.chat, spec.echo ? -1 : spec.prompt.back());
+    if (spec.echo) text = spec.echo_text;
+  }
+  std::shared_ptr<RequestHandle> handle;
+  std::string text;
+  std::optional<LogprobWriter> logprobs;
+  bool finished = false;
+  StreamEvent last;  // the finished event
+};
+
+// The events' part of the logprobs (the prompt's, with its first token unscored, or generated
+// tokens'); null without logprobs.
+json logprob_part(Choice& c, const AnswerSpec& spec, const StreamEvent& ev) {
+  if (!c.logprobs) return nullptr;
+  if (ev.kind != StreamEvent::Kind::prompt) return c.logprobs->add(ev.logprobs);
+  json part = c.logprobs->add(ev.logprobs, spec.prompt.front());
+  c.logprobs->set_offset(spec.echo_text.size());  // the generated text follows the echoed prompt
+  return part;
+}
+
+Usage total_usage(const std::vector<Choice>& choices) {
+  // One prompt for all choices (as OpenAI counts n); their generated tokens add up.
+  Usage u = choices.front().last.usage;
+  u.completion_tokens = 0;
+  for (const auto& c : choices) u.completion_tokens += c.last.usage.completion_tokens;
+  return u;
+}
+
+void set_all_wakes(std::vector<Choice>& choices, const std::function<void()>& wake) {
+  for (auto& c : choices) c.handle->set_notify(wake);
+}
+
+// A non-streamed completion: each choice's text gathered as the scheduler produces it,
+// answered whole when every choice has finished.
 class CompletionAnswer : public PendingAnswer {
  public:
-  CompletionAnswer(std::shared_ptr<RequestHandle> handle, CompletionHeader header)
-      : handle_(std::move(handle)), header_(std::move(header)) {}
-  void set_wake(std::function<void()> wake) override { handle_->set_notify(std::move(wake)); }
-  void cancel() override { handle_->cancel(); }
+  CompletionAnswer(std::vector<std::shared_ptr<RequestHandle>> handles, AnswerSpec spec) : spec_(std::move(spec)) {
+    for (auto& h : handles) choices_.emplace_back(std::move(h), spec_);
+  }
+  void set_wake(std::function<void()> wake) override { set_all_wakes(choices_, wake); }
+  void cancel() override {
+    for (auto& c : choices_) c.handle->cancel();
+  }
   std::optional<HttpResponse> poll() override {
     StreamEvent ev;
-    while (handle_->try_next(ev)) {
-      if (ev.kind == StreamEvent::Kind::text) {
-        text_ += ev.text;
-        continue;
+    for (auto& c : choices_) {
+      while (!c.finished && c.handle->try_next(ev)) {
+        if (ev.kind == StreamEvent::Kind::failed) {
+          cancel();
+          return error_response(ApiError(500, "server_error", "internal_error", ev.error));
+        }
+        if (ev.kind == StreamEvent::Kind::finished) {
+          c.finished = true;
+          c.last = std::move(ev);
+          break;
+        }
+        c.text += ev.text;
+        logprob_part(c, spec_, ev);
       }
-      if (ev.kind == StreamEvent::Kind::failed) return error_response(ApiError(500, "server_error", "internal_error", ev.error));
-      json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", ev.finish_reason}};
-      if (header_.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", text_}};
-      } else {
-        choice["text"] = text_;
-      }
-      json body = header_.body(json::array({choice}));
-      body["usage"] = usage_json(ev.usage);
-      return json_response(body);
     }
-    return std::nullopt;
+    if (!std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; })) return std::nullopt;
+    json choices = json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& c = choices_[i];
+      json choice = {{"index", i}, {"logprobs", c.logprobs ? c.logprobs->all() : json()},
+                     {"finish_reason", c.last.finish_reason}};
+      if (spec_.header.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["text"] = c.text;
+      }
+      choices.push_back(std::move(choice));
+    }
+    json body = spec_.header.body(std::move(choices));
+    body["usage"] = usage_json(total_usage(choices_));
+    return json_response(body);
   }
 
  private:
-  std::shared_ptr<RequestHandle> handle_;
-  CompletionHeader header_;
-  std::string text_;
+  AnswerSpec spec_;
+  std::vector<Choice> choices_;
 };
 
-// A streamed completion: one SSE event per text piece, then the finish chunk, usage if asked,
-// [DONE]. While nothing comes (queued, or a long prompt) an SSE comment every 10 s keeps proxies
-// and clients from timing out.
+// A streamed completion: one SSE event per text piece of each choice (with its index), a finish
+// chunk per choice, then usage if asked and [DONE] once all have finished. While nothing comes
+// (queued, or a long prompt) an SSE comment every 10 s keeps proxies and clients from timing out.
 class CompletionStream : public StreamBody {
  public:
-  CompletionStream(std::shared_ptr<RequestHandle> handle, CompletionHeader header, bool include_usage)
-      : handle_(std::move(handle)), header_(std::move(header)), include_usage_(include_usage) {}
-  void set_wake(std::function<void()> wake) override { handle_->set_notify(std::move(wake)); }
-  void cancel() override { handle_->cancel(); }
+  CompletionStream(std::vector<std::shared_ptr<RequestHandle>> handles, AnswerSpec spec) : spec_(std::move(spec)) {
+    for (auto& h : handles) choices_.emplace_back(std::move(h), spec_);
+  }
+  void set_wake(std::function<void()> wake) override { set_all_wakes(choices_, wake); }
+  void cancel() override {
+    for (auto& c : choices_) c.handle->cancel();
+  }
   Pull pull(std::string& out) override {
     const auto now = std::chrono::steady_clock::now();
-    if (header_.chat && !started_) {
+    if (!started_) {
       started_ = true;
-      out += chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        if (spec_.header.chat) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+        // An echo without logprobs goes first; with them, with the prompt's logprobs (below).
+        if (spec_.echo && !spec_.logprobs) out += chunk(i, json(spec_.echo_text), nullptr, nullptr);
+      }
     }
     StreamEvent ev;
-    while (handle_->try_next(ev)) {
-      if (ev.kind == StreamEvent::Kind::text) {
-        out += chunk(header_.chat ? json{{"content", ev.text}} : json(ev.text), nullptr);
-        continue;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      while (!c.finished && c.handle->try_next(ev)) {
+        if (ev.kind == StreamEvent::Kind::failed) {
+          cancel();
+          out += "data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n";
+          return Pull::end;
+        }
+        if (ev.kind == StreamEvent::Kind::finished) {
+          c.finished = true;
+          c.last = std::move(ev);
+          out += chunk(i, spec_.header.chat ? json::object() : json(""), nullptr, c.last.finish_reason);
+          break;
+        }
+        const std::string& text = ev.kind == StreamEvent::Kind::prompt ? spec_.echo_text : ev.text;
+        json logprobs = logprob_part(c, spec_, ev);
+        out += chunk(i, spec_.header.chat ? json{{"content", text}} : json(text), std::move(logprobs), nullptr);
       }
-      if (ev.kind == StreamEvent::Kind::failed) {
-        out += "data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n";
-        return Pull::end;
-      }
-      out += chunk(header_.chat ? json::object() : json(""), ev.finish_reason);
-      if (include_usage_) {
-        json body = header_.body(json::array());
-        if (header_.chat) body["object"] = "chat.completion.chunk";
-        body["usage"] = usage_json(ev.usage);
+    }
+    if (std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; })) {
+      if (spec_.include_usage) {
+        json body = spec_.header.body(json::array());
+        if (spec_.header.chat) body["object"] = "chat.completion.chunk";
+        body["usage"] = usage_json(total_usage(choices_));
         out += "data: " + dump(body) + "\n\n";
       }
       out += "data: [DONE]\n\n";
@@ -365,22 +510,21 @@ class CompletionStream : public StreamBody {
   }
 
  private:
-  std::string chunk(const json& delta_or_text, const json& finish) const {
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    if (header_.chat) {
+  std::string chunk(size_t index, const json& delta_or_text, json logprobs, const json& finish) const {
+    json choice = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    if (spec_.header.chat) {
       choice["delta"] = delta_or_text;
     } else {
       choice["text"] = delta_or_text;
     }
-    json body = header_.body(json::array({choice}));
-    if (header_.chat) body["object"] = "chat.completion.chunk";
-    if (include_usage_) body["usage"] = nullptr;
+    json body = spec_.header.body(json::array({choice}));
+    if (spec_.header.chat) body["object"] = "chat.completion.chunk";
+    if (spec_.include_usage) body["usage"] = nullptr;
     return "data: " + dump(body) + "\n\n";
   }
 
-  std::shared_ptr<RequestHandle> handle_;
-  CompletionHeader header_;
-  bool include_usage_;
+  AnswerSpec spec_;
+  std::vector<Choice> choices_;
   bool started_ = false;
   std::chrono::steady_clock::time_point last_output_ = std::chrono::steady_clock::now();
 };
@@ -388,12 +532,12 @@ class CompletionStream : public StreamBody {
 }  // namespace
 
 Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
-  ParsedRequest p = parse_request(req.body, chat, b.scheduler->context());
+  const engine::Tokenizer& tok = *b.tokenizer;
+  ParsedRequest p = parse_request(req.body, chat, b.scheduler->context(), tok.vocab_size());
   if (p.model && *p.model != b.model_id) {
     throw ApiError(404, "invalid_request_error", "model_not_found",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", *p.model, b.model_id), "model");
   }
-  const engine::Tokenizer& tok = *b.tokenizer;
   if (chat) {
     const RenderedChat rendered = render_chat(b.chat_format, p.messages);
     p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
@@ -413,32 +557,56 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
                           chat ? "messages" : "prompt");
   }
   if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
-
-  auto handle = std::make_shared<RequestHandle>();
-  std::string why;
-  Reply reply;
-  switch (b.scheduler->submit(p.generation, handle, &why)) {
-    case Scheduler::Admission::queue_full:
-      reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
-      reply.response.headers.emplace_back("Retry-After", "1");
-      return reply;
-    case Scheduler::Admission::draining:
-      reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
-      reply.response.headers.emplace_back("Retry-After", "1");
-      return reply;
-    case Scheduler::Admission::too_large:
-      throw invalid_request(why, "max_tokens");
-    default:
-      break;
+  const SchedulerOptions& so = b.scheduler->options();
+  if (p.n > so.parallel + so.max_queue) {
+    throw invalid_request(fmt::format("'n' is {}; this server runs and queues at most {} sequences", p.n,
+                                      so.parallel + so.max_queue), "n");
   }
-  CompletionHeader header{chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)),
-                          now_seconds(), b.model_id};
+
+  // n choices are n sequences of one prompt, sampled with seeds seed, seed + 1, ... (each
+  // computes the prompt unless the prefix cache holds it already).
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  Reply reply;
+  for (int i = 0; i < p.n; ++i) {
+    GenerationRequest g = p.generation;
+    g.sampling.seed += static_cast<uint64_t>(i);
+    auto handle = std::make_shared<RequestHandle>();
+    std::string why;
+    const Scheduler::Admission admission = b.scheduler->submit(std::move(g), handle, &why);
+    if (admission != Scheduler::Admission::accepted) {
+      for (auto& h : handles) h->cancel();
+    }
+    switch (admission) {
+      case Scheduler::Admission::queue_full:
+        reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
+        reply.response.headers.emplace_back("Retry-After", "1");
+        return reply;
+      case Scheduler::Admission::draining:
+        reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
+        reply.response.headers.emplace_back("Retry-After", "1");
+        return reply;
+      case Scheduler::Admission::too_large:
+        throw invalid_request(why, "max_tokens");
+      default:
+        break;
+    }
+    handles.push_back(std::move(handle));
+  }
+  AnswerSpec spec;
+  spec.header = {chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)), now_seconds(),
+                 b.model_id};
+  spec.tok = &tok;
+  spec.prompt = p.generation.prompt;
+  spec.logprobs = p.generation.logprobs >= 0;
+  spec.echo = p.echo;
+  if (p.echo) spec.echo_text = p.prompt_is_tokens ? tok.decode_all(p.generation.prompt) : p.prompt_text;
+  spec.include_usage = p.include_usage;
   if (!p.stream) {
-    reply.pending = std::make_shared<CompletionAnswer>(handle, std::move(header));
+    reply.pending = std::make_shared<CompletionAnswer>(std::move(handles), std::move(spec));
     return reply;
   }
   reply.response = HttpResponse{200, "text/event-stream", "", {{"Cache-Control", "no-cache"}}};
-  reply.stream = std::make_shared<CompletionStream>(handle, std::move(header), p.include_usage);
+  reply.stream = std::make_shared<CompletionStream>(std::move(handles), std::move(spec));
   return reply;
 }
 

@@ -1,6 +1,9 @@
 // Reading OpenAI-style request bodies (/v1/completions, /v1/chat/completions) into a
 // GenerationRequest, with every field's type and range checked: a bad field is an ApiError
-// naming it, answered as an OpenAI error object.
+// naming it, answered as an OpenAI error object. A field this server does not implement
+// (tools, response_format, suffix, ...) or does not know is refused (400, code
+// unsupported_parameter) rather than ignored: a client relying on it would get a different
+// answer than it asked for. null counts as absent.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,6 +27,7 @@ struct ApiError : std::runtime_error {
 };
 
 ApiError invalid_request(const std::string& message, const std::string& param = "");
+ApiError unsupported_parameter(const std::string& message, const std::string& param);
 
 // The parts of a request the HTTP layer uses besides the GenerationRequest.
 struct ParsedRequest {
@@ -35,10 +39,13 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;
   bool max_tokens_given = false;
+  bool echo = false;                   // completions: the prompt's text (and logprobs) first
+  int n = 1;                           // choices
 };
 
-// Throws ApiError (400) on a body that is not a JSON object, or a field of the wrong type or
-// out of range; `chat` selects the chat completions fields.
-ParsedRequest parse_request(const std::string& body, bool chat, int context);
+// Throws ApiError (400) on a body that is not a JSON object, a field of the wrong type or out
+// of range, or one not supported; `chat` selects the chat completions fields; `vocab` bounds
+// logit_bias's token ids.
+ParsedRequest parse_request(const std::string& body, bool chat, int context, int vocab);
 
 }  // namespace turbokv::server

@@ -12,7 +12,9 @@
 //      prefilling ones, up to `step_tokens` rows; runs it through BatchForward (each weight
 //      matrix read once for the whole batch);
 //   4. samples each sequence that produced logits, streams its text, finishes it on an
-//      end-of-generation token, a stop string, max_tokens or the context's end.
+//      end-of-generation token, a stop string, max_tokens or the context's end. A request
+//      scoring its prompt (prompt_logprobs) runs its chunks with every row's logits and gets
+//      each prompt token's log-probability; it never restores a stored prefix.
 // With a shared prefix store (SchedulerOptions::prefix_store), submit() -- on the caller's HTTP
 // thread, never the engine loop -- looks up the longest prefix of the prompt another replica
 // stored, and admission takes whichever of that and the in-process prefix is longer; the
@@ -34,6 +36,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,6 +120,8 @@ class Scheduler {
   void finish(Sequence& seq, const std::string& reason);
   void fail(Sequence& seq, const std::string& error);
   void release(size_t index);
+  // Logprobs of the prompt tokens a chunk's logits predict; the prompt event after the last chunk.
+  void score_prompt_chunk(Sequence& seq, std::span<const int> chunk, std::span<const float> logits);
   void take_prefix_snapshots(Sequence& seq);
   void keep_answer_prefix(Sequence& seq);
   void update_gauges();
