@@ -563,8 +563,8 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
                                       so.parallel + so.max_queue), "n");
   }
 
-  // n choices are n sequences of one prompt, sampled with seeds seed, seed + 1, ... (each
-  // computes the prompt unless the prefix cache holds it already).
+  // n choices are n sequences of one prompt, sampled with seeds seed, seed + 1, ...; the
+  // scheduler computes the prompt once (the others wait for its stored prefix).
   std::vector<std::shared_ptr<RequestHandle>> handles;
   Reply reply;
   for (int i = 0; i < p.n; ++i) {

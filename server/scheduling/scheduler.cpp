@@ -216,6 +216,7 @@ void Scheduler::admit() {
       }
       if (waiting_.empty() || running_.size() >= static_cast<size_t>(options_.parallel)) return;
       const auto& request = waiting_.front().request;
+      if (computing(request.prompt) && !request.prompt_logprobs) return;
       const size_t need = footprint_.reservation(request.prompt.size() + static_cast<size_t>(request.max_tokens));
       while (reserved_ + impl_->prefixes.bytes() + need > options_.kv_budget && impl_->prefixes.size() > 0) {
         impl_->prefixes.evict_one();
@@ -373,6 +374,13 @@ bool Scheduler::step() {
   for (size_t e = 0; e < entries.size(); ++e) sequences += (e == 0 || owner[e] != owner[e - 1]) ? 1 : 0;
   metrics_.last_batch_sequences = sequences;
   return true;
+}
+
+bool Scheduler::computing(const std::vector<int>& prompt) const {
+  // Only a prompt past one page has a prefix worth waiting for.
+  if (!options_.prefix_cache || prompt.size() <= options_.page_tokens) return false;
+  return std::any_of(running_.begin(), running_.end(),
+                     [&](const auto& seq) { return seq->prefilling() && seq->request.prompt == prompt; });
 }
 
 void Scheduler::score_prompt_chunk(Sequence& seq, std::span<const int> chunk, std::span<const float> logits) {

@@ -7,7 +7,9 @@
 //      request's reservation (KvFootprint for prompt + max_tokens tokens) fits in the budget
 //      left by the running sequences' reservations and the prefix cache (whose least recently
 //      used entries are evicted to make room); an admitted request first restores the longest
-//      stored prefix of its prompt;
+//      stored prefix of its prompt; a request whose prompt a running sequence is computing
+//      (n choices of one request, or the same prompt sent twice) waits until that one has
+//      stored it, so the prompt is computed once;
 //   3. builds one batch: one token of every decoding sequence, then prompt chunks of the
 //      prefilling ones, up to `step_tokens` rows; runs it through BatchForward (each weight
 //      matrix read once for the whole batch);
@@ -120,6 +122,8 @@ class Scheduler {
   void finish(Sequence& seq, const std::string& reason);
   void fail(Sequence& seq, const std::string& error);
   void release(size_t index);
+  // A running sequence is computing `prompt` now (and will store its page-aligned prefix).
+  bool computing(const std::vector<int>& prompt) const;
   // Logprobs of the prompt tokens a chunk's logits predict; the prompt event after the last chunk.
   void score_prompt_chunk(Sequence& seq, std::span<const int> chunk, std::span<const float> logits);
   void take_prefix_snapshots(Sequence& seq);

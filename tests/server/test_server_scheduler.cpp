@@ -337,6 +337,37 @@ TEST(ServerScheduler, GeneratedLogprobsBiasAndPenalties) {
   EXPECT_EQ(s.metrics().kv_reserved, 0u);
 }
 
+// Requests for one prompt at once (an n-choice request): the first computes it, the others wait
+// for its stored prefix and compute only what follows it, and each answers as it would alone.
+TEST(ServerScheduler, OnePromptForManyChoicesIsComputedOnce) {
+  const std::string text = "And God said, Let there be light: and there was light. And God saw the light, that it was good";
+  GenerationRequest g = greedy(text, 12);
+  g.sampling.temperature = 1.0f;
+  const size_t n = g.prompt.size();
+  ASSERT_GT(n, 40u);
+  std::vector<std::string> solo;  // each choice alone, on a scheduler with nothing stored
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    Scheduler alone(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+    GenerationRequest one = g;
+    one.sampling.seed = seed;
+    solo.push_back(wait(*submit(alone, one)).text);
+  }
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    GenerationRequest one = g;
+    one.sampling.seed = seed;
+    handles.push_back(submit(s, one));
+  }
+  const size_t stored = (n - 1) / 16 * 16;  // the prompt's last page boundary before its end
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const Result r = wait(*handles[i]);
+    EXPECT_EQ(r.text, solo[i]) << "choice " << i;
+    EXPECT_EQ(r.usage.cached_tokens, i == 0 ? 0u : stored) << "choice " << i;
+  }
+  EXPECT_EQ(s.metrics().prompt_tokens_computed_total, n + 2 * (n - stored));
+}
+
 TEST(KvFootprint, ReservationBoundsWhatCachesAllocate) {
   const auto& c = kjv().model.config;
   for (const std::string spec : {"dense:page_tokens=16", "turboquant:bits=4,window=32,sinks=1,page_tokens=16",
