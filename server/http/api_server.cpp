@@ -358,20 +358,23 @@ class LogprobWriter {
 struct AnswerSpec {
   CompletionHeader header;
   const engine::Tokenizer* tok = nullptr;
-  std::vector<int> prompt;
   bool logprobs = false;
-  bool echo = false;          // completions: the prompt's text (and with logprobs its tokens') first
-  std::string echo_text;
+  bool echo = false;           // completions: the prompt's text (and with logprobs its tokens') first
   bool include_usage = false;  // streams
 };
 
 // One choice of an answer: its request's events turned into text and log-probabilities.
 struct Choice {
-  Choice(std::shared_ptr<RequestHandle> h, const AnswerSpec& spec) : handle(std::move(h)) {
-    if (spec.logprobs) logprobs.emplace(*spec.tok, spec.header.chat, spec.echo ? -1 : spec.prompt.back());
-    if (spec.echo) text = spec.echo_text;
+  Choice(std::shared_ptr<RequestHandle> h, const AnswerSpec& spec, std::vector<int> prompt_tokens,
+         std::string echo, bool first)
+      : handle(std::move(h)), prompt(std::move(prompt_tokens)), echo_text(std::move(echo)), first_of_prompt(first) {
+    if (spec.logprobs) logprobs.emplace(*spec.tok, spec.header.chat, spec.echo ? -1 : prompt.back());
+    text = echo_text;
   }
   std::shared_ptr<RequestHandle> handle;
+  std::vector<int> prompt;
+  std::string echo_text;      // with echo
+  bool first_of_prompt;       // the prompt's first choice (its tokens count once in usage)
   std::string text;
   std::optional<LogprobWriter> logprobs;
   bool finished = false;
@@ -380,19 +383,25 @@ struct Choice {
 
 // The events' part of the logprobs (the prompt's, with its first token unscored, or generated
 // tokens'); null without logprobs.
-json logprob_part(Choice& c, const AnswerSpec& spec, const StreamEvent& ev) {
+json logprob_part(Choice& c, const StreamEvent& ev) {
   if (!c.logprobs) return nullptr;
   if (ev.kind != StreamEvent::Kind::prompt) return c.logprobs->add(ev.logprobs);
-  json part = c.logprobs->add(ev.logprobs, spec.prompt.front());
-  c.logprobs->set_offset(spec.echo_text.size());  // the generated text follows the echoed prompt
+  json part = c.logprobs->add(ev.logprobs, c.prompt.front());
+  c.logprobs->set_offset(c.echo_text.size());  // the generated text follows the echoed prompt
   return part;
 }
 
 Usage total_usage(const std::vector<Choice>& choices) {
-  // One prompt for all choices (as OpenAI counts n); their generated tokens add up.
-  Usage u = choices.front().last.usage;
-  u.completion_tokens = 0;
-  for (const auto& c : choices) u.completion_tokens += c.last.usage.completion_tokens;
+  // Each prompt counts once however many choices it has (as OpenAI counts n); generated tokens
+  // add up.
+  Usage u;
+  for (const auto& c : choices) {
+    u.completion_tokens += c.last.usage.completion_tokens;
+    if (!c.first_of_prompt) continue;
+    u.prompt_tokens += c.last.usage.prompt_tokens;
+    u.cached_tokens += c.last.usage.cached_tokens;
+    u.store_tokens += c.last.usage.store_tokens;
+  }
   return u;
 }
 
@@ -404,9 +413,7 @@ void set_all_wakes(std::vector<Choice>& choices, const std::function<void()>& wa
 // answered whole when every choice has finished.
 class CompletionAnswer : public PendingAnswer {
  public:
-  CompletionAnswer(std::vector<std::shared_ptr<RequestHandle>> handles, AnswerSpec spec) : spec_(std::move(spec)) {
-    for (auto& h : handles) choices_.emplace_back(std::move(h), spec_);
-  }
+  CompletionAnswer(std::vector<Choice> choices, AnswerSpec spec) : spec_(std::move(spec)), choices_(std::move(choices)) {}
   void set_wake(std::function<void()> wake) override { set_all_wakes(choices_, wake); }
   void cancel() override {
     for (auto& c : choices_) c.handle->cancel();
@@ -425,7 +432,7 @@ class CompletionAnswer : public PendingAnswer {
           break;
         }
         c.text += ev.text;
-        logprob_part(c, spec_, ev);
+        logprob_part(c, ev);
       }
     }
     if (!std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; })) return std::nullopt;
@@ -456,9 +463,7 @@ class CompletionAnswer : public PendingAnswer {
 // (queued, or a long prompt) an SSE comment every 10 s keeps proxies and clients from timing out.
 class CompletionStream : public StreamBody {
  public:
-  CompletionStream(std::vector<std::shared_ptr<RequestHandle>> handles, AnswerSpec spec) : spec_(std::move(spec)) {
-    for (auto& h : handles) choices_.emplace_back(std::move(h), spec_);
-  }
+  CompletionStream(std::vector<Choice> choices, AnswerSpec spec) : spec_(std::move(spec)), choices_(std::move(choices)) {}
   void set_wake(std::function<void()> wake) override { set_all_wakes(choices_, wake); }
   void cancel() override {
     for (auto& c : choices_) c.handle->cancel();
@@ -470,7 +475,7 @@ class CompletionStream : public StreamBody {
       for (size_t i = 0; i < choices_.size(); ++i) {
         if (spec_.header.chat) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
         // An echo without logprobs goes first; with them, with the prompt's logprobs (below).
-        if (spec_.echo && !spec_.logprobs) out += chunk(i, json(spec_.echo_text), nullptr, nullptr);
+        if (spec_.echo && !spec_.logprobs) out += chunk(i, json(choices_[i].echo_text), nullptr, nullptr);
       }
     }
     StreamEvent ev;
@@ -488,8 +493,8 @@ class CompletionStream : public StreamBody {
           out += chunk(i, spec_.header.chat ? json::object() : json(""), nullptr, c.last.finish_reason);
           break;
         }
-        const std::string& text = ev.kind == StreamEvent::Kind::prompt ? spec_.echo_text : ev.text;
-        json logprobs = logprob_part(c, spec_, ev);
+        const std::string& text = ev.kind == StreamEvent::Kind::prompt ? c.echo_text : ev.text;
+        json logprobs = logprob_part(c, ev);
         out += chunk(i, spec_.header.chat ? json{{"content", text}} : json(text), std::move(logprobs), nullptr);
       }
     }
@@ -533,80 +538,95 @@ class CompletionStream : public StreamBody {
 
 Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
   const engine::Tokenizer& tok = *b.tokenizer;
-  ParsedRequest p = parse_request(req.body, chat, b.scheduler->context(), tok.vocab_size());
+  const int ctx = b.scheduler->context();
+  ParsedRequest p = parse_request(req.body, chat, ctx, tok.vocab_size());
   if (p.model && *p.model != b.model_id) {
     throw ApiError(404, "invalid_request_error", "model_not_found",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", *p.model, b.model_id), "model");
   }
+  // The prompts as tokens: a chat's rendered messages, or each completions prompt.
+  struct Prompt {
+    std::vector<int> tokens;
+    std::vector<size_t> marks;
+    std::string echo_text;
+  };
+  std::vector<Prompt> prompts;
   if (chat) {
     const RenderedChat rendered = render_chat(b.chat_format, p.messages);
-    p.generation.prompt = tok.encode(rendered.text, rendered.add_bos);
-    p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
-  } else if (!p.prompt_is_tokens) {
-    p.generation.prompt = tok.encode(p.prompt_text, true);
+    Prompt one{tok.encode(rendered.text, rendered.add_bos), {}, ""};
+    one.marks = message_marks(tok, rendered, one.tokens);
+    prompts.push_back(std::move(one));
   }
-  for (const int id : p.generation.prompt) {
-    if (id >= tok.vocab_size()) {
-      throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
+  for (const PromptInput& in : p.prompts) {
+    Prompt one{in.is_tokens ? in.tokens : tok.encode(in.text, true), {}, ""};
+    if (p.echo) one.echo_text = in.is_tokens ? tok.decode_all(one.tokens) : in.text;
+    prompts.push_back(std::move(one));
+  }
+  for (const Prompt& prompt : prompts) {
+    for (const int id : prompt.tokens) {
+      if (id >= tok.vocab_size()) {
+        throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
+      }
+    }
+    if (static_cast<int64_t>(prompt.tokens.size()) >= ctx) {
+      throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
+                                        "and at least one generated token must fit)", prompt.tokens.size(), ctx),
+                            chat ? "messages" : "prompt");
     }
   }
-  const int ctx = b.scheduler->context();
-  if (static_cast<int64_t>(p.generation.prompt.size()) >= ctx) {
-    throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
-                                      "and at least one generated token must fit)", p.generation.prompt.size(), ctx),
-                          chat ? "messages" : "prompt");
-  }
-  if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
   const SchedulerOptions& so = b.scheduler->options();
-  if (p.n > so.parallel + so.max_queue) {
-    throw invalid_request(fmt::format("'n' is {}; this server runs and queues at most {} sequences", p.n,
-                                      so.parallel + so.max_queue), "n");
+  if (prompts.size() * static_cast<size_t>(p.n) > static_cast<size_t>(so.parallel + so.max_queue)) {
+    throw invalid_request(fmt::format("{} prompts x n = {} sequences; this server runs and queues at most {}",
+                                      prompts.size(), p.n, so.parallel + so.max_queue), "n");
   }
 
-  // n choices are n sequences of one prompt, sampled with seeds seed, seed + 1, ...; the
-  // scheduler computes the prompt once (the others wait for its stored prefix).
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  Reply reply;
-  for (int i = 0; i < p.n; ++i) {
-    GenerationRequest g = p.generation;
-    g.sampling.seed += static_cast<uint64_t>(i);
-    auto handle = std::make_shared<RequestHandle>();
-    std::string why;
-    const Scheduler::Admission admission = b.scheduler->submit(std::move(g), handle, &why);
-    if (admission != Scheduler::Admission::accepted) {
-      for (auto& h : handles) h->cancel();
-    }
-    switch (admission) {
-      case Scheduler::Admission::queue_full:
-        reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
-        reply.response.headers.emplace_back("Retry-After", "1");
-        return reply;
-      case Scheduler::Admission::draining:
-        reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
-        reply.response.headers.emplace_back("Retry-After", "1");
-        return reply;
-      case Scheduler::Admission::too_large:
-        throw invalid_request(why, "max_tokens");
-      default:
-        break;
-    }
-    handles.push_back(std::move(handle));
-  }
   AnswerSpec spec;
   spec.header = {chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)), now_seconds(),
                  b.model_id};
   spec.tok = &tok;
-  spec.prompt = p.generation.prompt;
   spec.logprobs = p.generation.logprobs >= 0;
   spec.echo = p.echo;
-  if (p.echo) spec.echo_text = p.prompt_is_tokens ? tok.decode_all(p.generation.prompt) : p.prompt_text;
   spec.include_usage = p.include_usage;
+  // Each prompt's n choices are n sequences, sampled with seeds seed, seed + 1, ...; the
+  // scheduler computes a prompt once (its other choices wait for its stored prefix).
+  std::vector<Choice> choices;
+  Reply reply;
+  for (const Prompt& prompt : prompts) {
+    for (int i = 0; i < p.n; ++i) {
+      GenerationRequest g = p.generation;
+      g.prompt = prompt.tokens;
+      g.prefix_marks = prompt.marks;
+      if (!p.max_tokens_given) g.max_tokens = ctx - static_cast<int>(prompt.tokens.size());
+      g.sampling.seed += static_cast<uint64_t>(i);
+      auto handle = std::make_shared<RequestHandle>();
+      std::string why;
+      const Scheduler::Admission admission = b.scheduler->submit(std::move(g), handle, &why);
+      if (admission != Scheduler::Admission::accepted) {
+        for (auto& c : choices) c.handle->cancel();
+      }
+      switch (admission) {
+        case Scheduler::Admission::queue_full:
+          reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
+          reply.response.headers.emplace_back("Retry-After", "1");
+          return reply;
+        case Scheduler::Admission::draining:
+          reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
+          reply.response.headers.emplace_back("Retry-After", "1");
+          return reply;
+        case Scheduler::Admission::too_large:
+          throw invalid_request(why, "max_tokens");
+        default:
+          break;
+      }
+      choices.emplace_back(std::move(handle), spec, prompt.tokens, prompt.echo_text, i == 0);
+    }
+  }
   if (!p.stream) {
-    reply.pending = std::make_shared<CompletionAnswer>(std::move(handles), std::move(spec));
+    reply.pending = std::make_shared<CompletionAnswer>(std::move(choices), std::move(spec));
     return reply;
   }
   reply.response = HttpResponse{200, "text/event-stream", "", {{"Cache-Control", "no-cache"}}};
-  reply.stream = std::make_shared<CompletionStream>(std::move(handles), std::move(spec));
+  reply.stream = std::make_shared<CompletionStream>(std::move(choices), std::move(spec));
   return reply;
 }
 

@@ -245,19 +245,19 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
     return out;
   }
   if (!present(body, "prompt")) throw invalid_request("'prompt' is required", "prompt");
+  // A string, a list of token ids, or a list of several of those (a batch: n choices each).
   const json& prompt = body.at("prompt");
-  const json* single = &prompt;
-  if (prompt.is_array() && !prompt.empty() && (prompt.at(0).is_string() || prompt.at(0).is_array())) {
-    if (prompt.size() != 1) throw invalid_request("only one prompt per request is supported", "prompt");
-    single = &prompt.at(0);
-  }
-  if (single->is_string()) {
-    out.prompt_text = single->get<std::string>();
-  } else if (single->is_array() && !single->empty()) {
-    for (const auto& id : *single) out.generation.prompt.push_back(token_id(id, "prompt"));
-    out.prompt_is_tokens = true;
-  } else {
-    throw invalid_request("'prompt' must be a string, a list of token ids, or a list holding one of those", "prompt");
+  const bool batch = prompt.is_array() && !prompt.empty() && (prompt.at(0).is_string() || prompt.at(0).is_array());
+  for (const json& one : batch ? prompt : json::array({prompt})) {
+    if (one.is_string()) {
+      out.prompts.push_back({one.get<std::string>(), {}, false});
+    } else if (one.is_array() && !one.empty()) {
+      PromptInput tokens{"", {}, true};
+      for (const auto& id : one) tokens.tokens.push_back(token_id(id, "prompt"));
+      out.prompts.push_back(std::move(tokens));
+    } else {
+      throw invalid_request("'prompt' must be a string, a list of token ids, or a list of those", "prompt");
+    }
   }
   return out;
 }

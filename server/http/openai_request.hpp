@@ -29,12 +29,18 @@ struct ApiError : std::runtime_error {
 ApiError invalid_request(const std::string& message, const std::string& param = "");
 ApiError unsupported_parameter(const std::string& message, const std::string& param);
 
+// One prompt of a completions request: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int> tokens;
+  bool is_tokens = false;
+};
+
 // The parts of a request the HTTP layer uses besides the GenerationRequest.
 struct ParsedRequest {
-  GenerationRequest generation;        // prompt not yet tokenized for text prompts
+  GenerationRequest generation;        // everything but the prompt, which the HTTP layer tokenizes
   std::optional<std::string> model;
-  std::string prompt_text;             // completions with a text prompt
-  bool prompt_is_tokens = false;       // completions with token ids
+  std::vector<PromptInput> prompts;    // completions: one or several (a batch)
   std::vector<ChatMessage> messages;   // chat
   bool stream = false;
   bool include_usage = false;

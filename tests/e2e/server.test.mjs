@@ -283,6 +283,15 @@ test('completion logprobs and echo, streamed and not; n choices', async () => {
   assert.ok(new Set(many.choices.map((x) => x.text)).size > 1, 'the choices are sampled differently');
   const again = await client.completions.create({ model: MODEL, prompt, max_tokens: 16, temperature: 1, seed: 7, n: 3, ignore_eos: true });
   assert.deepEqual(again.choices.map((x) => x.text), many.choices.map((x) => x.text));
+  // A batch of prompts, n each: choices prompt-major (index = prompt * n + choice), each prompt's
+  // tokens counted once.
+  const pair = ['In the beginning', 'And God said'];
+  const solos = await Promise.all(pair.map((p) => greedy(p, { max_tokens: 8 })));
+  const batch = await greedy(pair, { max_tokens: 8, n: 2 });
+  assert.deepEqual(batch.choices.map((x) => x.index), [0, 1, 2, 3]);
+  assert.deepEqual(batch.choices.map((x) => x.text), [0, 0, 1, 1].map((i) => solos[i].choices[0].text));
+  assert.equal(batch.usage.prompt_tokens, solos[0].usage.prompt_tokens + solos[1].usage.prompt_tokens);
+  assert.equal(batch.usage.completion_tokens, 32);
   // Streamed, each choice's chunks carry its index and add up to its text.
   const manyStream = await client.completions.create({
     model: MODEL, prompt, max_tokens: 16, temperature: 1, seed: 7, n: 3, ignore_eos: true, stream: true,

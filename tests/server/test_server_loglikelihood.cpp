@@ -5,7 +5,8 @@
 // log-likelihoods of the same tokens (Forward::run_all_logits over the same cache configuration,
 // negated token_nll as `turbokv eval` computes it), within float tolerance, so the chosen
 // answers are the same; with a dense cache and with a TurboQuant cache whose window is smaller
-// than the prompts (so compressed keys and values are scored).
+// than the prompts (so compressed keys and values are scored). A batch (all of an item's
+// continuations in one request, as the harness sends with batch_size > 1) scores each the same.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -51,27 +52,36 @@ Request split(const turbokv::engine::Tokenizer& tok, const Item& item, const std
   return r;
 }
 
-// The server's sum of the continuation's token_logprobs (max_tokens 0: every token is the
-// prompt's; max_tokens 1: the last is the generated one, dropped as lm-evaluation-harness does).
-double served(const Serve& s, const Request& r, int max_tokens) {
-  const json body = {{"prompt", r.tokens}, {"max_tokens", max_tokens}, {"echo", true}, {"logprobs", 1},
-                     {"temperature", 0}};
+// The server's sums of the continuations' token_logprobs, one request for all (max_tokens 0:
+// every token is the prompt's; max_tokens 1: the last is the generated one, dropped as
+// lm-evaluation-harness does).
+std::vector<double> served(const Serve& s, const std::vector<Request>& requests, int max_tokens) {
+  json prompts = json::array();
+  for (const Request& r : requests) prompts.push_back(r.tokens);
+  const json body = {{"prompt", requests.size() == 1 ? prompts[0] : prompts}, {"max_tokens", max_tokens},
+                     {"echo", true}, {"logprobs", 1}, {"temperature", 0}};
   const std::string response = s.post("/v1/completions", body.dump(), 60000ms);
   EXPECT_EQ(status_of(response), 200) << response;
   const json answer = json::parse(body_of(response), nullptr, false);
-  if (answer.is_discarded() || !answer.contains("choices")) {
+  if (answer.is_discarded() || !answer.contains("choices") || answer["choices"].size() != requests.size()) {
     ADD_FAILURE() << response;
-    return NAN;
+    return std::vector<double>(requests.size(), NAN);
   }
-  const json& lp = answer["choices"][0]["logprobs"];
-  const json& values = lp["token_logprobs"];
-  EXPECT_EQ(values.size(), r.tokens.size() + static_cast<size_t>(max_tokens));
-  EXPECT_TRUE(values[0].is_null());
-  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
-  EXPECT_EQ(answer["usage"]["completion_tokens"], max_tokens);
-  double sum = 0;
-  for (size_t i = r.context; i < r.tokens.size(); ++i) sum += values[i].get<double>();
-  return sum;
+  EXPECT_EQ(answer["usage"]["completion_tokens"], max_tokens * static_cast<int>(requests.size()));
+  std::vector<double> sums;
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const Request& r = requests[k];
+    const json& choice = answer["choices"][k];
+    EXPECT_EQ(choice["index"], k);
+    const json& values = choice["logprobs"]["token_logprobs"];
+    EXPECT_EQ(values.size(), r.tokens.size() + static_cast<size_t>(max_tokens));
+    EXPECT_TRUE(values[0].is_null());
+    EXPECT_TRUE(choice["logprobs"]["top_logprobs"][0].is_null());
+    double sum = 0;
+    for (size_t i = r.context; i < r.tokens.size(); ++i) sum += values[i].get<double>();
+    sums.push_back(sum);
+  }
+  return sums;
 }
 
 // The engine's teacher-forced log-likelihood of the continuation.
@@ -109,17 +119,19 @@ TEST(ServeLoglikelihood, EchoLogprobsScoreMultipleChoiceAsTheEngine) {
     for (const Item& item : kItems) {
       size_t served_choice = 0, reference_choice = 0;
       std::vector<double> got, want;
+      std::vector<Request> requests;
       for (const std::string& continuation : item.continuations) {
         const Request r = split(*tok, item, continuation);
         ASSERT_GT(r.tokens.size(), r.context) << continuation;
         ASSERT_GT(r.tokens.size(), 4u + 1u) << "the prompt must outgrow the window";
-        got.push_back(served(s, r, 0));
+        got.push_back(served(s, {r}, 0)[0]);
         want.push_back(reference(model, spec, r));
-        // lm-evaluation-harness's newer request (max_tokens 1) scores the prompt the same.
-        EXPECT_EQ(served(s, r, 1), got.back()) << continuation;
         worst = std::max(worst, std::abs(got.back() - want.back()));
         EXPECT_LT(got.back(), 0.0);
+        requests.push_back(r);
       }
+      // The batch, with lm-evaluation-harness's newer request (max_tokens 1): the same bits.
+      EXPECT_EQ(served(s, requests, 1), got) << item.context;
       for (size_t i = 1; i < got.size(); ++i) {
         if (got[i] > got[served_choice]) served_choice = i;
         if (want[i] > want[reference_choice]) reference_choice = i;

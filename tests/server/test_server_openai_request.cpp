@@ -147,5 +147,30 @@ TEST(OpenAIRequest, LogprobsEchoAndMaxTokensZero) {
   EXPECT_EQ(completion(R"("n": 4)").n, 4);
 }
 
+TEST(OpenAIRequest, PromptsAreATextTokensOrABatchOfThose) {
+  auto prompts = [](const std::string& prompt) {
+    return parse_request(R"({"prompt": )" + prompt + "}", false, kContext, kVocab).prompts;
+  };
+  ASSERT_EQ(prompts(R"("In the beginning")").size(), 1u);
+  EXPECT_EQ(prompts(R"("In the beginning")")[0].text, "In the beginning");
+  const auto ids = prompts("[1, 2, 3]");
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_TRUE(ids[0].is_tokens);
+  EXPECT_EQ(ids[0].tokens, (std::vector<int>{1, 2, 3}));
+  const auto batch = prompts(R"([[1, 2], [3], [4, 5, 6]])");
+  ASSERT_EQ(batch.size(), 3u);
+  EXPECT_EQ(batch[2].tokens, (std::vector<int>{4, 5, 6}));
+  const auto texts = prompts(R"(["a", "b"])");
+  ASSERT_EQ(texts.size(), 2u);
+  EXPECT_EQ(texts[1].text, "b");
+  for (const std::string bad : {"[]", "[[]]", "[[1], []]", R"([["a"]])", "[1, [2]]", "[[1.5]]", "5", "{}", "[[-1]]",
+                                R"(["a", 3])"}) {
+    SCOPED_TRACE(bad);
+    const ApiError e = refusal([&] { prompts(bad); });
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "prompt");
+  }
+}
+
 }  // namespace
 }  // namespace turbokv::server
