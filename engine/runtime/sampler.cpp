@@ -37,15 +37,18 @@ TokenLogprob token_logprob(std::span<const float> logits, int token, int top) {
   out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - lse);
   const size_t k = std::min(logits.size(), static_cast<size_t>(std::max(top, 0)));
   if (k == 0) return out;
-  std::vector<int> ids(logits.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(), [&](int a, int b) {
-    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  });
-  for (size_t i = 0; i < k; ++i) {
-    out.top.emplace_back(ids[i], static_cast<float>(static_cast<double>(logits[static_cast<size_t>(ids[i])]) - lse));
+  // One pass keeping the k best (k <= 20 in practice), descending: a vocabulary of 128k costs
+  // no allocation or sort per scored position. An equal logit goes after those already kept,
+  // so ties keep the lower id first.
+  out.top.reserve(k + 1);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    if (out.top.size() == k && !(l > out.top.back().second)) continue;
+    const auto at = std::find_if(out.top.begin(), out.top.end(), [&](const auto& kept) { return l > kept.second; });
+    out.top.insert(at, {static_cast<int>(i), l});
+    if (out.top.size() > k) out.top.pop_back();
   }
+  for (auto& [id, value] : out.top) value = static_cast<float>(static_cast<double>(value) - lse);
   return out;
 }
 

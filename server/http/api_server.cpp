@@ -326,19 +326,21 @@ class LogprobWriter {
     return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
             {"text_offset", json::array()}};
   }
+  // A token's text as the answer shows it: end-of-generation tokens show none.
+  std::string shown(int id) const { return tok_.is_end_of_generation(id) ? "" : tok_.token_text(prev_, id); }
   void put(json& part, int id, std::optional<float> logprob, const std::vector<std::pair<int, float>>& top) {
-    const std::string text = tok_.token_text(prev_, id);
+    const std::string text = shown(id);
     if (chat_) {
       json alternatives = json::array();
       for (const auto& [alt, lp] : top) {
-        const std::string s = tok_.token_text(prev_, alt);
+        const std::string s = shown(alt);
         alternatives.push_back({{"token", s}, {"logprob", lp}, {"bytes", utf8_bytes(s)}});
       }
       part["content"].push_back(
           {{"token", text}, {"logprob", *logprob}, {"bytes", utf8_bytes(text)}, {"top_logprobs", alternatives}});
     } else {
       json alternatives = logprob ? json::object() : json();
-      for (const auto& [alt, lp] : top) alternatives[tok_.token_text(prev_, alt)] = lp;
+      for (const auto& [alt, lp] : top) alternatives[shown(alt)] = lp;
       part["tokens"].push_back(text);
       part["token_logprobs"].push_back(logprob ? json(*logprob) : json());
       part["top_logprobs"].push_back(alternatives);

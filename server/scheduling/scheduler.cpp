@@ -344,14 +344,13 @@ bool Scheduler::step() {
     const int token = seq.sampler->sample(logits);
     seq.generated.push_back(token);
     ++generated;
-    if (!seq.request.ignore_eos && tokenizer_.is_end_of_generation(token)) {
-      finish(seq, "stop");
-      continue;
-    }
-    StreamEvent piece{StreamEvent::Kind::text, seq.text->add(token), "", {}, "", {}};
+    // An end-of-generation token adds no text, but is a generated token with a log-probability
+    // (a scorer that drops the last token, as lm-evaluation-harness does, relies on it).
+    const bool end = !seq.request.ignore_eos && tokenizer_.is_end_of_generation(token);
+    StreamEvent piece{StreamEvent::Kind::text, end ? "" : seq.text->add(token), "", {}, "", {}};
     if (seq.request.logprobs >= 0) piece.logprobs.push_back(engine::token_logprob(logits, token, seq.request.logprobs));
     if (!piece.text.empty() || !piece.logprobs.empty()) seq.handle->push(std::move(piece));
-    if (seq.text->stopped()) {
+    if (end || seq.text->stopped()) {
       finish(seq, "stop");
     } else if (static_cast<int>(seq.generated.size()) >= seq.request.max_tokens ||
                seq.request.prompt.size() + seq.generated.size() >= static_cast<size_t>(ctx_)) {

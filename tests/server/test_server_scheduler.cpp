@@ -320,6 +320,15 @@ TEST(ServerScheduler, GeneratedLogprobsBiasAndPenalties) {
   GenerationRequest biased = g;
   biased.sampling.logit_bias = {{forced, 100.0f}};
   for (const auto& lp : wait(*submit(s, biased)).logprobs) EXPECT_EQ(lp.token, forced);
+  // The end-of-generation token (forced the same way) has no text but its log-probability.
+  GenerationRequest ends = g;
+  ends.sampling.logit_bias = {{kjv().tok->eos_id(), 100.0f}};
+  const Result ended = wait(*submit(s, ends));
+  EXPECT_EQ(ended.finish, "stop");
+  EXPECT_EQ(ended.text, "");
+  EXPECT_EQ(ended.usage.completion_tokens, 1u);
+  ASSERT_EQ(ended.logprobs.size(), 1u);
+  EXPECT_EQ(ended.logprobs[0].token, kjv().tok->eos_id());
 
   // A frequency penalty of 2 stops greedy decoding from repeating its most frequent token as often.
   int most = 0;
