@@ -2,7 +2,7 @@
 # CI's sanitizer pass (docs/reliability.md):
 #   1. build-asan: the whole tree with -DTURBOKV_SANITIZE=address,undefined at -O1, then ctest;
 #   2. build-tsan: -DTURBOKV_SANITIZE=thread, the concurrency tests only (test_concurrency,
-#      test_thread_pool, the server scheduler's threaded tests), run directly;
+#      test_thread_pool, the HTTP transport, the server scheduler's threaded tests), run directly;
 #      (skipped with TURBOKV_CI_TSAN=0);
 #   3. unless TURBOKV_CI_FUZZ_SECONDS=0: every fuzz target for TURBOKV_CI_FUZZ_SECONDS (default 20)
 #      seconds from its seed corpus (scripts/ci-fuzz.sh; needs clang-14 + libclang-rt-14-dev).
@@ -33,7 +33,7 @@ else
 echo "== TSan: build-tsan (concurrency tests)"
 cmake -S . -B build-tsan "${generator[@]}" "${common[@]}" -DTURBOKV_SANITIZE=thread \
   -DTURBOKV_BUILD_TOOLS=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_concurrency test_thread_pool test_server_scheduler
+cmake --build build-tsan -j"$jobs" --target test_concurrency test_thread_pool test_server_scheduler test_server_http
 # Kernels with 32 bits of mmap randomness break TSan's memory layout ("unexpected memory
 # mapping"); running without address randomization avoids it.
 tsan_run=()
@@ -43,6 +43,9 @@ fi
 for t in test_concurrency test_thread_pool; do
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} "${tsan_run[@]}" "build-tsan/tests/$t"
 done
+# The HTTP transport's threads (libmicrohttpd's polling threads, the deadline sweeper, wakes from
+# other threads resuming suspended connections, stop() against all of them).
+TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} "${tsan_run[@]}" build-tsan/tests/test_server_http
 # The scheduler's threads (HTTP side submitting and cancelling, engine loop stepping); the
 # prefix-reuse and batch-invariance tests are single-threaded logic and slow under TSan.
 TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} "${tsan_run[@]}" build-tsan/tests/test_server_scheduler \

@@ -280,13 +280,28 @@ void BpeTokenizer::encode_fragment(std::string_view text, std::vector<int>& out)
 }
 
 std::vector<int> BpeTokenizer::encode(std::string_view text, bool bos, bool eos) const {
+  std::vector<int> out = encode_marked(text, bos, {});
+  if (eos && eos_id_ >= 0) out.push_back(eos_id_);
+  return out;
+}
+
+std::vector<int> BpeTokenizer::encode_marked(std::string_view text, bool bos, std::span<const TextRange> literal) const {
   std::vector<int> out;
   if (bos && add_bos_ && bos_id_ >= 0) out.push_back(bos_id_);
   size_t start = 0, i = 0;
+  size_t next_literal = 0;  // the first literal range not wholly before i
   while (i < text.size()) {
+    while (next_literal < literal.size() && literal[next_literal].end <= i) ++next_literal;
+    const TextRange* in = next_literal < literal.size() ? &literal[next_literal] : nullptr;
+    if (in != nullptr && in->begin <= i) {  // inside a literal range: ordinary text up to its end
+      i = std::min(in->end, text.size());
+      continue;
+    }
+    // A control token matches only wholly outside the literal ranges.
+    const size_t room = in != nullptr ? in->begin - i : text.size() - i;
     const std::pair<std::string, int>* hit = nullptr;
     for (const auto& special : specials_) {
-      if (text.substr(i).starts_with(special.first)) {
+      if (special.first.size() <= room && text.substr(i).starts_with(special.first)) {
         hit = &special;
         break;
       }
@@ -301,7 +316,6 @@ std::vector<int> BpeTokenizer::encode(std::string_view text, bool bos, bool eos)
     start = i;
   }
   encode_fragment(text.substr(start), out);
-  if (eos && eos_id_ >= 0) out.push_back(eos_id_);
   return out;
 }
 

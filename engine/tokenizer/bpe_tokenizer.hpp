@@ -50,6 +50,7 @@ class BpeTokenizer : public Tokenizer {
 
   // BOS is prepended when `bos` is true, the vocabulary has one and add_bos is set.
   std::vector<int> encode(std::string_view text, bool bos, bool eos = false) const override;
+  std::vector<int> encode_marked(std::string_view text, bool bos, std::span<const TextRange> literal) const override;
   std::string decode(int id) const override;
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }
   int bos_id() const override { return bos_id_; }

@@ -17,12 +17,26 @@
 
 namespace turbokv::engine {
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Token ids of `text`, with BOS first if `bos` (and EOS last if `eos`).
+  // Token ids of `text`, with BOS first if `bos` (and EOS last if `eos`). Control tokens spelled
+  // in the text (e.g. "<|eot_id|>") become those tokens.
   virtual std::vector<int> encode(std::string_view text, bool bos, bool eos = false) const = 0;
+  // As encode(), but inside the `literal` ranges (sorted, disjoint: e.g. the contents of chat
+  // messages, which users write) a control token's spelling is ordinary text, so only the
+  // template around them can open or close a turn. Tokenizers without control tokens in their
+  // text encoding (llama2.c's) encode as encode() does.
+  virtual std::vector<int> encode_marked(std::string_view text, bool bos, std::span<const TextRange> literal) const {
+    (void)literal;
+    return encode(text, bos);
+  }
   // The bytes token `id` stands for (byte tokens give their single byte); throws
   // turbokv::Error for an id outside [0, vocab_size()).
   virtual std::string decode(int id) const = 0;

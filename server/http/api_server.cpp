@@ -61,19 +61,6 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
 }
 
-// Token counts at which each chat message ends, where the prompt's tokens agree with encoding
-// the text up to there on its own (true at the special tokens closing each message).
-std::vector<size_t> message_marks(const engine::Tokenizer& tok, const RenderedChat& chat, const std::vector<int>& ids) {
-  std::vector<size_t> marks;
-  for (const size_t end : chat.message_ends) {
-    const auto prefix = tok.encode(std::string_view(chat.text).substr(0, end), chat.add_bos);
-    if (prefix.size() <= ids.size() && std::equal(prefix.begin(), prefix.end(), ids.begin())) {
-      marks.push_back(prefix.size());
-    }
-  }
-  return marks;
-}
-
 void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
@@ -130,7 +117,9 @@ Reply ApiServer::route(const HttpRequest& req) {
       res = json_response({{"status", ready ? "ok" : (stopping_.load() ? "shutting down" : "loading model")}});
       res.status = ready ? 200 : 503;
     } else if (req.path == "/metrics" && req.method == "GET") {
-      res = metrics();
+      // With an API key, /metrics needs it too (the counts tell the traffic and the deployment),
+      // unless --metrics-public; /health stays open for load balancers.
+      if (options_.metrics_public || authorized(req, res)) res = metrics();
     } else if (req.path == "/v1/models" && req.method == "GET") {
       if (const Backend* b = guard(req, res)) {
         json model = {{"id", b->model_id}, {"object", "model"}, {"created", now_seconds()}, {"owned_by", "turbokv"},
@@ -152,15 +141,17 @@ Reply ApiServer::route(const HttpRequest& req) {
   return reply;
 }
 
+bool ApiServer::authorized(const HttpRequest& req, HttpResponse& refusal) const {
+  if (options_.api_key.empty()) return true;
+  const std::string auth = req.header("Authorization");
+  if (bearer_token_matches(auth, options_.api_key)) return true;
+  refusal = error_response(ApiError(401, "invalid_request_error", "invalid_api_key",
+                                    auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
+  return false;
+}
+
 const Backend* ApiServer::guard(const HttpRequest& req, HttpResponse& refusal) const {
-  if (!options_.api_key.empty()) {
-    const std::string auth = req.header("Authorization");
-    if (auth != "Bearer " + options_.api_key) {
-      refusal = error_response(ApiError(401, "invalid_request_error", "invalid_api_key",
-                                        auth.empty() ? "missing API key (Authorization: Bearer ...)" : "incorrect API key"));
-      return nullptr;
-    }
-  }
+  if (!authorized(req, refusal)) return nullptr;
   const Backend* b = backend_.load();
   if (b == nullptr || stopping_.load()) {
     refusal = error_response(ApiError(503, "server_error", "unavailable",
@@ -553,11 +544,10 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
     std::string echo_text;
   };
   std::vector<Prompt> prompts;
+  RenderedChat rendered;
   if (chat) {
-    const RenderedChat rendered = render_chat(b.chat_format, p.messages);
-    Prompt one{tok.encode(rendered.text, rendered.add_bos), {}, ""};
-    one.marks = message_marks(tok, rendered, one.tokens);
-    prompts.push_back(std::move(one));
+    rendered = render_chat(b.chat_format, p.messages);
+    prompts.push_back({rendered.encode(tok), {}, ""});
   }
   for (const PromptInput& in : p.prompts) {
     Prompt one{in.is_tokens ? in.tokens : tok.encode(in.text, true), {}, ""};
@@ -581,6 +571,8 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
     throw invalid_request(fmt::format("{} prompts x n = {} sequences; this server runs and queues at most {}",
                                       prompts.size(), p.n, so.parallel + so.max_queue), "n");
   }
+  // Only a prompt that fits is worth its marks (the work of the request ends here otherwise).
+  if (chat) prompts.front().marks = message_marks(tok, rendered, prompts.front().tokens);
 
   AnswerSpec spec;
   spec.header = {chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)), now_seconds(),

@@ -4,7 +4,8 @@
 // Routes: POST /v1/completions, POST /v1/chat/completions (JSON or server-sent events),
 // GET /v1/models, GET /health (503 until a backend is attached, then 200), GET /metrics
 // (Prometheus text). Every error is an OpenAI error object {"error": {message, type, code,
-// param}}. With an API key, /v1/* needs "Authorization: Bearer KEY".
+// param}}. With an API key, /v1/* and /metrics (unless metrics_public) need
+// "Authorization: Bearer KEY"; /health never does.
 //
 // Lifecycle: construct, listen() (binds and serves on the transport's threads), attach() a
 // Backend once the model is loaded, shutdown() to stop: new requests get 503, in-flight ones
@@ -34,9 +35,10 @@ struct Backend {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;      // 0: any free port
-  std::string api_key;  // empty: no authentication
-  HttpLimits limits;    // headers, bodies, connections, deadlines (docs/reliability.md)
+  int port = 8080;              // 0: any free port
+  std::string api_key;          // empty: no authentication
+  bool metrics_public = false;  // with an API key: /metrics answers without it too
+  HttpLimits limits;            // headers, bodies, connections, deadlines (docs/reliability.md)
 };
 
 class ApiServer {
@@ -51,6 +53,8 @@ class ApiServer {
 
  private:
   Reply route(const HttpRequest& req);
+  // Whether the request carries the API key (if one is set); else `refusal` is the 401.
+  bool authorized(const HttpRequest& req, HttpResponse& refusal) const;
   // The backend for a /v1/* request, or the response that refuses it (auth, loading, stopping).
   const Backend* guard(const HttpRequest& req, HttpResponse& refusal) const;
   Reply generate(const HttpRequest& req, const Backend& b, bool chat);

@@ -52,7 +52,8 @@ struct Waker {
   std::atomic<int>* suspended_count = nullptr;
 
   // Resumes outside the lock: a suspended connection cannot end until it is resumed, and only the
-  // wake that cleared `suspended` resumes it.
+  // wake that cleared `suspended` resumes it. The count drops only once the resume is done, so
+  // stop(), which waits for it to reach zero, never stops the daemon under a resume.
   void wake() {
     MHD_Connection* resume = nullptr;
     {
@@ -60,11 +61,13 @@ struct Waker {
       woken = true;
       if (suspended && connection != nullptr) {
         suspended = false;
-        suspended_count->fetch_sub(1);
         resume = connection;
       }
     }
-    if (resume != nullptr) MHD_resume_connection(resume);
+    if (resume != nullptr) {
+      MHD_resume_connection(resume);
+      suspended_count->fetch_sub(1);
+    }
   }
   void before_poll() {
     std::lock_guard lock(mutex);
@@ -169,17 +172,23 @@ struct HttpServer::Impl {
     if (req.headers.size() > limits.max_headers) {
       return refusal(431, fmt::format("more than {} header fields", limits.max_headers));
     }
+    // Lengths that disagree, or a length beside chunked framing: a proxy in front may frame the
+    // body by the other one (request smuggling). The same length repeated is one length (RFC 9112).
     int lengths = 0;
-    for (const auto& [k, v] : req.headers) lengths += strcasecmp(k.c_str(), "Content-Length") == 0;
+    bool disagree = false;
+    for (const auto& [k, v] : req.headers) {
+      if (strcasecmp(k.c_str(), "Content-Length") != 0) continue;
+      disagree |= lengths++ > 0 && v != req.header("Content-Length");
+    }
     const bool chunked = !req.header("Transfer-Encoding").empty();
-    if (lengths > 1 || (lengths == 1 && chunked)) {
+    if (disagree || (lengths > 0 && chunked)) {
       return refusal(400, "conflicting Content-Length / Transfer-Encoding headers");
     }
     const std::string encoding = req.header("Content-Encoding");
     if (!encoding.empty() && strcasecmp(encoding.c_str(), "identity") != 0) {
       return refusal(415, "Content-Encoding is not supported; send the body uncompressed");
     }
-    if (lengths == 1) {
+    if (lengths > 0) {
       const std::string text = req.header("Content-Length");
       if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         return refusal(400, "Content-Length is not a number");

@@ -9,8 +9,8 @@
 //   - body: Content-Length above `max_body_bytes` -> 413 before any of it is read; a chunked body
 //     that grows past it -> the connection is closed once the limit is crossed (the status cannot
 //     be sent mid-upload); the whole body within `body_timeout`; Content-Encoding other than
-//     identity -> 415 (no decompression, so no inflation bombs); two Content-Lengths, or one with
-//     Transfer-Encoding -> 400;
+//     identity -> 415 (no decompression, so no inflation bombs); Content-Lengths that disagree, or
+//     one with Transfer-Encoding -> 400;
 //   - at most `max_connections` connections; MHD closes connections idle for `idle_timeout`;
 //   - stop() closes every connection, whatever its state, within a bounded time.
 //

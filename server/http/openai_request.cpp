@@ -73,6 +73,13 @@ double number_field(const json& body, const char* key, double lo, double hi, dou
 int int_field(const json& body, const char* key, int lo, int hi, int fallback) {
   if (!present(body, key)) return fallback;
   const json& v = body.at(key);
+  // Past int64 the parser gives an unsigned integer (up to 2^64 - 1), then a double: compared
+  // as such and reported as sent (read as int64, 2^63 was "got -9223372036854775808").
+  const bool too_large = (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+                         (v.is_number_float() && v.get<double>() > 0x1p63);
+  if (too_large) {
+    throw invalid_request(fmt::format("'{}' must be between {} and {}, got {}: too large", key, lo, hi, v.dump()), key);
+  }
   if (!v.is_number_integer()) throw invalid_request(fmt::format("'{}' must be an integer", key), key);
   const auto x = v.get<int64_t>();
   if (x < lo || x > hi) throw invalid_request(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, x), key);
@@ -87,9 +94,12 @@ bool bool_field(const json& body, const char* key) {
 
 int token_id(const json& v, const char* key) {
   if (!v.is_number_integer()) throw invalid_request(fmt::format("'{}' must hold token ids (integers)", key), key);
-  const auto id = v.get<int64_t>();
-  if (id < 0 || id > std::numeric_limits<int>::max()) throw invalid_request(fmt::format("token id {} out of range", id), key);
-  return static_cast<int>(id);
+  // v.dump(): an id past int64 would read as a wrapped negative number.
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
+                             : v.get<int64_t>() < 0) {
+    throw invalid_request(fmt::format("token id {} out of range", v.dump()), key);
+  }
+  return v.get<int>();
 }
 
 std::string message_content(const json& content, size_t index) {
@@ -260,6 +270,25 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
     }
   }
   return out;
+}
+
+bool bearer_token_matches(std::string_view authorization, std::string_view key) {
+  constexpr std::string_view scheme = "bearer";
+  if (key.empty() || authorization.size() <= scheme.size() || authorization[scheme.size()] != ' ') return false;
+  for (size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return false;
+  }
+  std::string_view token = authorization.substr(scheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  // Every byte of the token is compared whether or not an earlier one differed, so the time
+  // tells nothing about how much of a guess is right (CVE-2025-59425 in vLLM: a comparison that
+  // stops at the first difference); it depends only on the length the client sent (the key is
+  // read cyclically, a token of another length has already failed).
+  unsigned char differ = token.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < token.size(); ++i) {
+    differ |= static_cast<unsigned char>(token[i] ^ key[i % key.size()]);
+  }
+  return differ == 0;
 }
 
 }  // namespace turbokv::server

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/text/chat_template.hpp"
@@ -53,5 +54,9 @@ struct ParsedRequest {
 // of range, or one not supported; `chat` selects the chat completions fields; `vocab` bounds
 // logit_bias's token ids.
 ParsedRequest parse_request(const std::string& body, bool chat, int context, int vocab);
+
+// Whether an Authorization header value is "Bearer <key>": the scheme in any case (RFC 6750
+// through RFC 7235), one or more spaces, then the key compared in constant time.
+bool bearer_token_matches(std::string_view authorization, std::string_view key);
 
 }  // namespace turbokv::server

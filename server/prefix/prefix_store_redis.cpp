@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
@@ -27,6 +28,67 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+using Clock = std::chrono::steady_clock;
+
+// Status, integer and error replies: EXISTS, SET, AUTH, SELECT.
+constexpr size_t kSmallReply = 4096;
+
+// Set by refuse_array (the reader runs on the calling thread), read by await_reply.
+thread_local bool refused_array = false;
+
+// hiredis 0.14 has no bound on an array reply's length (1.x's maxelements) and allocates the
+// element pointers as soon as it reads one: "*2147483647" is 16 GiB, then it keeps reading
+// elements for as long as they come. No command of the store is answered with an array.
+void* refuse_array(const redisReadTask*, int) {
+  refused_array = true;
+  return nullptr;  // the reader fails ("Out of memory"); await_reply says what happened
+}
+
+redisReplyObjectFunctions* without_arrays(const redisReplyObjectFunctions* defaults) {
+  static redisReplyObjectFunctions functions = [&] {
+    redisReplyObjectFunctions f = *defaults;
+    f.createArray = refuse_array;
+    return f;
+  }();
+  return &functions;
+}
+
+// Sends the context's pending commands and reads one reply, all before `deadline`: each socket
+// wait gets only what is left (a per-read timeout let a server that trickles bytes hold a call
+// forever), and at most `max_bytes` of a reply not yet complete are held. Throws
+// StoreUnavailable naming `what`.
+Reply await_reply(redisContext* c, Clock::time_point deadline, int timeout_ms, size_t max_bytes, const char* what) {
+  auto fail = [&](const std::string& why) { throw StoreUnavailable(fmt::format("{}: {}", what, why)); };
+  const std::string timed_out = fmt::format("timed out (--prefix-store-timeout {} ms)", timeout_ms);
+  auto wait_for_the_rest = [&] {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+    if (left <= 0) fail(timed_out);
+    const timeval tv{static_cast<time_t>(left / 1000000), static_cast<suseconds_t>(left % 1000000)};
+    if (redisSetTimeout(c, tv) != REDIS_OK) fail("cannot set the socket timeout");
+  };
+  auto io_failed = [&] { fail(Clock::now() >= deadline ? timed_out : std::string(c->errstr)); };
+  for (int done = 0; !done;) {
+    wait_for_the_rest();
+    if (redisBufferWrite(c, &done) != REDIS_OK) io_failed();
+  }
+  refused_array = false;
+  for (;;) {
+    void* reply = nullptr;
+    if (redisGetReplyFromReader(c, &reply) != REDIS_OK) {
+      fail(refused_array ? "an array reply, which no command of the store gets (is this Redis?)" : c->errstr);
+    }
+    if (reply != nullptr) return Reply(static_cast<redisReply*>(reply));
+    if (c->reader->len - c->reader->pos > max_bytes) fail(fmt::format("a reply of more than {} bytes", max_bytes));
+    wait_for_the_rest();
+    if (redisBufferRead(c) != REDIS_OK) io_failed();
+  }
+}
+
+// The error for a reply of the wrong type.
+StoreUnavailable unexpected(const char* what, const redisReply& r, const char* wanted) {
+  if (r.type == REDIS_REPLY_ERROR) return StoreUnavailable(fmt::format("{}: {}", what, std::string(r.str, r.len)));
+  return StoreUnavailable(fmt::format("{}: not {}", what, wanted));
+}
 
 }  // namespace
 
@@ -98,35 +160,44 @@ void RedisPrefixStore::failed(const std::string& why) {
                address_.port, why.c_str(), options_.retry_ms);
 }
 
-redisContext* RedisPrefixStore::connect() {
-  timeval tv{options_.timeout_ms / 1000, (options_.timeout_ms % 1000) * 1000};
+RedisPrefixStore::Deadline RedisPrefixStore::call_deadline() const {
+  return Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+}
+
+redisContext* RedisPrefixStore::connect(Deadline deadline) {
+  const auto left = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count());
+  const timeval tv{static_cast<time_t>(left / 1000000), static_cast<suseconds_t>(left % 1000000)};
   redisContext* c = redisConnectWithTimeout(address_.host.c_str(), address_.port, tv);
   if (c == nullptr) throw StoreUnavailable("cannot allocate a Redis context");
-  auto fail = [&](const std::string& why) {
-    redisFree(c);
-    throw StoreUnavailable(why);
-  };
-  if (c->err != 0) fail(fmt::format("connect: {}", c->errstr));
-  if (redisSetTimeout(c, tv) != REDIS_OK) fail("cannot set the socket timeout");
-  auto simple = [&](Reply r, const char* what) {
-    if (!r) fail(fmt::format("{}: {}", what, c->errstr));
-    if (r->type == REDIS_REPLY_ERROR) fail(fmt::format("{}: {}", what, std::string(r->str, r->len)));
-  };
-  if (!address_.password.empty()) {
-    if (address_.user.empty()) {
-      simple(Reply(static_cast<redisReply*>(redisCommand(c, "AUTH %b", address_.password.data(), address_.password.size()))),
-             "AUTH");
-    } else {
-      simple(Reply(static_cast<redisReply*>(redisCommand(c, "AUTH %b %b", address_.user.data(), address_.user.size(),
-                                                         address_.password.data(), address_.password.size()))),
-             "AUTH");
+  try {
+    if (c->err != 0) throw StoreUnavailable(fmt::format("connect: {}", c->errstr));
+    c->reader->fn = without_arrays(c->reader->fn);
+    auto simple = [&](const char* what) {
+      const Reply r = await_reply(c, deadline, options_.timeout_ms, kSmallReply, what);
+      if (r->type == REDIS_REPLY_ERROR) throw unexpected(what, *r, "");
+    };
+    if (!address_.password.empty()) {
+      if (address_.user.empty()) {
+        redisAppendCommand(c, "AUTH %b", address_.password.data(), address_.password.size());
+      } else {
+        redisAppendCommand(c, "AUTH %b %b", address_.user.data(), address_.user.size(), address_.password.data(),
+                           address_.password.size());
+      }
+      simple("AUTH");
     }
+    if (address_.db != 0) {
+      redisAppendCommand(c, "SELECT %d", address_.db);
+      simple("SELECT");
+    }
+  } catch (const StoreUnavailable&) {
+    redisFree(c);
+    throw;
   }
-  if (address_.db != 0) simple(Reply(static_cast<redisReply*>(redisCommand(c, "SELECT %d", address_.db))), "SELECT");
   return c;
 }
 
-RedisPrefixStore::Connection RedisPrefixStore::borrow() {
+RedisPrefixStore::Connection RedisPrefixStore::borrow(Deadline deadline) {
   if (backing_off()) throw StoreUnavailable("skipped (the store failed recently)");
   {
     std::lock_guard lock(mutex_);
@@ -137,7 +208,7 @@ RedisPrefixStore::Connection RedisPrefixStore::borrow() {
     }
   }
   try {
-    return {connect()};
+    return {connect(deadline)};
   } catch (const StoreUnavailable& e) {
     {
       std::lock_guard lock(mutex_);
@@ -157,58 +228,51 @@ void RedisPrefixStore::give_back(Connection connection) {
   }
 }
 
+void RedisPrefixStore::call_failed(redisContext* c, const std::string& why) {
+  redisFree(c);  // a half-read reply or pipeline cannot be reused
+  {
+    std::lock_guard lock(mutex_);
+    ++counters_.calls_failed_total;
+  }
+  failed(why);
+}
+
 std::vector<bool> RedisPrefixStore::exists(const std::vector<std::string>& keys) {
   if (keys.empty()) return {};
-  Connection conn = borrow();
-  std::string error;
+  const Deadline deadline = call_deadline();
+  Connection conn = borrow(deadline);
   std::vector<bool> found;
-  for (const auto& k : keys) redisAppendCommand(conn.ctx, "EXISTS %b", k.data(), k.size());
-  for (size_t i = 0; i < keys.size() && error.empty(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(conn.ctx, &raw) != REDIS_OK) {
-      error = fmt::format("EXISTS: {}", conn.ctx->errstr);
-      break;
+  try {
+    for (const auto& k : keys) redisAppendCommand(conn.ctx, "EXISTS %b", k.data(), k.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Reply r = await_reply(conn.ctx, deadline, options_.timeout_ms, kSmallReply, "EXISTS");
+      if (r->type != REDIS_REPLY_INTEGER) throw unexpected("EXISTS", *r, "an integer");
+      found.push_back(r->integer != 0);
     }
-    Reply r(static_cast<redisReply*>(raw));
-    if (r->type != REDIS_REPLY_INTEGER) {
-      error = r->type == REDIS_REPLY_ERROR ? fmt::format("EXISTS: {}", std::string(r->str, r->len)) : "EXISTS: not an integer";
-      break;
-    }
-    found.push_back(r->integer != 0);
-  }
-  if (!error.empty()) {
-    redisFree(conn.ctx);  // a half-read pipeline cannot be reused
-    {
-      std::lock_guard lock(mutex_);
-      ++counters_.calls_failed_total;
-    }
-    failed(error);
-    throw StoreUnavailable(error);
+  } catch (const StoreUnavailable& e) {
+    call_failed(conn.ctx, e.what());
+    throw;
   }
   give_back(conn);
   return found;
 }
 
 std::optional<std::string> RedisPrefixStore::get(const std::string& key) {
-  Connection conn = borrow();
-  Reply r(static_cast<redisReply*>(redisCommand(conn.ctx, "GET %b", key.data(), key.size())));
-  std::string error;
+  const Deadline deadline = call_deadline();
+  Connection conn = borrow(deadline);
   std::optional<std::string> value;
-  if (!r) {
-    error = fmt::format("GET: {}", conn.ctx->errstr);
-  } else if (r->type == REDIS_REPLY_STRING) {
-    value = std::string(r->str, r->len);
-  } else if (r->type != REDIS_REPLY_NIL) {
-    error = r->type == REDIS_REPLY_ERROR ? fmt::format("GET: {}", std::string(r->str, r->len)) : "GET: not a string";
-  }
-  if (!error.empty()) {
-    redisFree(conn.ctx);
-    {
-      std::lock_guard lock(mutex_);
-      ++counters_.calls_failed_total;
+  try {
+    redisAppendCommand(conn.ctx, "GET %b", key.data(), key.size());
+    // A value and its header ("$<length>\r\n", "\r\n").
+    const Reply r = await_reply(conn.ctx, deadline, options_.timeout_ms, options_.max_value_bytes + 32, "GET");
+    if (r->type == REDIS_REPLY_STRING) {
+      value = std::string(r->str, r->len);
+    } else if (r->type != REDIS_REPLY_NIL) {
+      throw unexpected("GET", *r, "a string");
     }
-    failed(error);
-    throw StoreUnavailable(error);
+  } catch (const StoreUnavailable& e) {
+    call_failed(conn.ctx, e.what());
+    throw;
   }
   give_back(conn);
   return value;
@@ -255,15 +319,17 @@ void RedisPrefixStore::writer_loop() {
       error = "skipped";
     } else {
       try {
-        if (c == nullptr) c = connect();
-        Reply r = options_.ttl_seconds > 0
-                      ? Reply(static_cast<redisReply*>(redisCommand(c, "SET %b %b EX %d", key.data(), key.size(),
-                                                                    value.data(), value.size(), options_.ttl_seconds)))
-                      : Reply(static_cast<redisReply*>(
-                            redisCommand(c, "SET %b %b", key.data(), key.size(), value.data(), value.size())));
-        if (!r) {
-          error = fmt::format("SET: {}", c->errstr);
-        } else if (r->type == REDIS_REPLY_ERROR) {
+        // One deadline for connecting, sending the value and the answer.
+        const Deadline deadline = call_deadline();
+        if (c == nullptr) c = connect(deadline);
+        if (options_.ttl_seconds > 0) {
+          redisAppendCommand(c, "SET %b %b EX %d", key.data(), key.size(), value.data(), value.size(),
+                             options_.ttl_seconds);
+        } else {
+          redisAppendCommand(c, "SET %b %b", key.data(), key.size(), value.data(), value.size());
+        }
+        const Reply r = await_reply(c, deadline, options_.timeout_ms, kSmallReply, "SET");
+        if (r->type == REDIS_REPLY_ERROR) {
           error = fmt::format("SET: {}", std::string(r->str, r->len));
           refused = true;
         }

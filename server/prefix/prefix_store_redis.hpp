@@ -2,8 +2,11 @@
 //
 // Lookups borrow a connection from a small pool (hiredis contexts are single-threaded) and
 // pipeline their commands: exists() sends one EXISTS per key and reads the answers in one round
-// trip. Every socket read and write has the per-call timeout (SO_RCVTIMEO/SO_SNDTIMEO, tens of
-// milliseconds): a slow or dead Redis costs a request at most that, then the request computes.
+// trip. Every call (connecting included) has the timeout as a whole, tens of milliseconds: each
+// socket wait gets only what is left of it, so a slow, dead or trickling Redis costs a request
+// at most that, then the request computes. The reply reader refuses arrays (no command of the
+// store gets one; hiredis 0.14 would allocate whatever length one announces) and replies longer
+// than max_value_bytes, so an impostor cannot make a replica allocate more than that.
 // After a failure the store is skipped for `retry_ms` (no connect attempt per request while
 // Redis is down) and reconnects after that.
 //
@@ -48,6 +51,9 @@ struct RedisStoreOptions {
   int ttl_seconds = 3600;           // EX of every value (0: no TTL; rely on maxmemory LRU)
   size_t max_queued_bytes = 256ull << 20;  // pending writes beyond this are dropped
   int pool = 4;                     // idle lookup connections kept
+  // Longest reply accepted (a GET's value). Redis itself refuses strings over 512 MB
+  // (proto-max-bulk-len), so no stored value is longer.
+  size_t max_value_bytes = 512ull << 20;
 };
 
 class RedisPrefixStore : public PrefixStore {
@@ -66,10 +72,13 @@ class RedisPrefixStore : public PrefixStore {
 
  private:
   struct Connection;
-  Connection borrow();                    // throws StoreUnavailable
-  void give_back(Connection connection);  // keeps it for the next lookup
-  redisContext* connect();                // throws StoreUnavailable
-  void failed(const std::string& why);    // starts the back-off
+  using Deadline = std::chrono::steady_clock::time_point;
+  Deadline call_deadline() const;  // now + the per-call timeout
+  Connection borrow(Deadline deadline);    // throws StoreUnavailable
+  void give_back(Connection connection);   // keeps it for the next lookup
+  redisContext* connect(Deadline deadline);  // throws StoreUnavailable
+  void call_failed(redisContext* c, const std::string& why);  // frees c, counts, backs off
+  void failed(const std::string& why);     // starts the back-off
   bool backing_off() const;
   void writer_loop();
 

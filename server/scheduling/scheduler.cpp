@@ -209,11 +209,13 @@ void Scheduler::admit() {
     Waiting next;
     {
       std::lock_guard lock(mutex_);
-      // Requests cancelled while waiting leave without ever running.
-      while (!waiting_.empty() && waiting_.front().handle->cancelled()) {
-        ++metrics_.requests_cancelled_total;
-        waiting_.pop_front();
-      }
+      // Requests cancelled while waiting leave without ever running, from anywhere in the queue
+      // (each holds a place that --max-queue counts), and the gauge says so (issue 26: it kept
+      // counting them).
+      const size_t queued = waiting_.size();
+      std::erase_if(waiting_, [](const Waiting& w) { return w.handle->cancelled(); });
+      metrics_.requests_cancelled_total += queued - waiting_.size();
+      metrics_.waiting = waiting_.size();
       if (waiting_.empty() || running_.size() >= static_cast<size_t>(options_.parallel)) return;
       const auto& request = waiting_.front().request;
       if (computing(request.prompt) && !request.prompt_logprobs) return;

@@ -91,7 +91,10 @@ async function prefixKeys() {
 
 async function startServer(model = MODEL) {
   const s = startChild(TOOL, ['serve', '--port', '0', '--model', model, '--kv-page-tokens', String(BLOCK),
-    '--kv-budget', '64MiB', '--threads', '1', '--prefix-store', `redis://127.0.0.1:${redisPort}`],
+    '--kv-budget', '64MiB', '--threads', '1', '--prefix-store', `redis://127.0.0.1:${redisPort}`,
+    // Each store call (connect, command, reply) must finish within this as a whole: 250 ms, not
+    // the 50 ms default, so a loaded CI machine or the sanitizer build does not turn hits into misses.
+    '--prefix-store-timeout', '250'],
   (o) => /listening on http:\/\/\S+/.test(o) && o.includes('ready'), 'turbokv serve');
   await s.started;
   s.url = s.output().match(/listening on (http:\/\/\S+)/)[1];

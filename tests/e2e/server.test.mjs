@@ -34,8 +34,10 @@ async function stopServer(server) {
   assert.equal(result.code, 0, `server exit ${JSON.stringify(result)}: ${server.stderr()}`);
 }
 
+// With --api-key, /metrics needs the key too (a server without one ignores it).
 async function metrics(url) {
-  const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10000) })).text();
+  const text = await (await fetch(`${url}/metrics`, {
+    headers: { Authorization: `Bearer ${KEY}` }, signal: AbortSignal.timeout(10000) })).text();
   const values = {};
   for (const line of text.split('\n')) {
     const m = line.match(/^(turbokv_[a-z_]+)\s+([0-9.e+-]+)$/);

@@ -1,12 +1,9 @@
-// `turbokv serve` as a child process on an ephemeral port, and raw HTTP/1.1 over sockets to it:
-// the harness of the tests that drive the real binary (TURBOKV_TOOL names it, else the build's).
+// `turbokv serve` as a child process on an ephemeral port, spoken to over raw sockets
+// (raw_http_client.hpp): the harness of the tests that drive the real binary (TURBOKV_TOOL names
+// it, else the build's).
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,16 +11,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
-namespace serve_test {
+#include "raw_http_client.hpp"
+
+namespace turbokv::test {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
 
 inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -31,51 +28,6 @@ inline std::string tool() {
   const char* env = std::getenv("TURBOKV_TOOL");
   return env != nullptr && *env != '\0' ? env : TURBOKV_TOOL_PATH;
 }
-
-inline int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-inline bool send_all(int fd, const std::string& data) {
-  size_t at = 0;
-  while (at < data.size()) {
-    const ssize_t n = send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// What arrives until the peer closes, a whole Content-Length response is in, or the timeout.
-inline std::string read_response(int fd, std::chrono::milliseconds timeout) {
-  std::string out;
-  const auto end = Clock::now() + timeout;
-  char buf[65536];
-  while (Clock::now() < end) {
-    const size_t head = out.find("\r\n\r\n");
-    if (head != std::string::npos) {
-      const size_t cl = out.find("Content-Length: ");
-      if (cl != std::string::npos && cl < head && out.size() >= head + 4 + std::stoul(out.substr(cl + 16))) break;
-    }
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-inline int status_of(const std::string& r) { return r.rfind("HTTP/1.", 0) == 0 && r.size() >= 12 ? std::stoi(r.substr(9, 3)) : -1; }
 
 // A `turbokv serve --port 0 ARGS` child process.
 class Serve {
@@ -98,10 +50,9 @@ class Serve {
     close(out[1]);
     stdout_ = fdopen(out[0], "r");
     char line[512];
-    const std::regex listening("listening on http://[^:]+:([0-9]+)");
     while (port_ == 0 && std::fgets(line, sizeof line, stdout_) != nullptr) {
-      std::cmatch m;
-      if (std::regex_search(line, m, listening)) port_ = std::stoi(m[1]);
+      const std::string text = line;  // "listening on http://HOST:PORT"
+      if (text.rfind("listening on http://", 0) == 0) port_ = std::atoi(text.substr(text.rfind(':') + 1).c_str());
     }
     const auto t0 = Clock::now();
     while (port_ > 0 && seconds_since(t0) < 60 && status_of(get("/health")) != 200) std::this_thread::sleep_for(50ms);
@@ -131,7 +82,7 @@ class Serve {
     const int fd = connect_to(port_);
     if (fd < 0) return "";
     send_all(fd, raw);
-    std::string r = read_response(fd, timeout);
+    std::string r = read_responses(fd, 1, timeout);
     close(fd);
     return r;
   }
@@ -169,10 +120,11 @@ class Serve {
 };
 
 inline bool have_tool() { return !tool().empty() && access(tool().c_str(), X_OK) == 0; }
+
 // The body of an HTTP response ("" if none arrived).
 inline std::string body_of(const std::string& response) {
   const size_t head = response.find("\r\n\r\n");
   return head == std::string::npos ? "" : response.substr(head + 4);
 }
 
-}  // namespace serve_test
+}  // namespace turbokv::test

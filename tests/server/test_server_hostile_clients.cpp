@@ -3,12 +3,8 @@
 // that starved everyone, a SIGTERM that never ended, non-streaming clients that left unseen.
 // Each test failed against the cpp-httplib front end (run this binary with TURBOKV_TOOL set to
 // an older build to see it); the server's memory is read from /proc/PID/status.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,9 +21,17 @@
 #include "serve_process.hpp"
 #include "skip_policy.hpp"
 
+using namespace turbokv::test;
+
 namespace {
 
-using namespace serve_test;
+// ASan keeps freed memory in quarantine (up to 256 MiB), so under it RSS says nothing about
+// what the server holds: the memory bars apply to the normal build (the README's test command).
+#ifdef __SANITIZE_ADDRESS__
+constexpr bool kRssMeansHeld = false;
+#else
+constexpr bool kRssMeansHeld = true;
+#endif
 
 const std::string kCompletion = R"({"prompt": "In the beginning", "max_tokens": 8, "temperature": 0})";
 
@@ -55,7 +58,7 @@ TEST(HostileClients, FloodsAndBombsAreRefusedAndMemoryReturns) {
       clients.emplace_back([&] {
         const int fd = connect_to(s.port());
         send_all(fd, flood);
-        if (status_of(read_response(fd, 5000ms)) == 200) ++accepted;
+        if (status_of(read_responses(fd, 1, 5000ms)) == 200) ++accepted;
         close(fd);
       });
     }
@@ -77,7 +80,7 @@ TEST(HostileClients, FloodsAndBombsAreRefusedAndMemoryReturns) {
     const std::string chunk = "100000\r\n" + std::string(1 << 20, ' ') + "\r\n";
     size_t sent = 0;
     while (sent < (100u << 20) && send_all(fd, chunk)) sent += 1 << 20;
-    read_response(fd, 2000ms);
+    read_responses(fd, 1, 2000ms);
     close(fd);
     EXPECT_LT(sent, 32u << 20) << "the server read " << sent << " bytes of a body past --max-body";
   }
@@ -102,7 +105,9 @@ TEST(HostileClients, FloodsAndBombsAreRefusedAndMemoryReturns) {
 
   std::this_thread::sleep_for(300ms);
   const size_t after = s.rss_bytes();
-  EXPECT_LE(static_cast<double>(after), 1.2 * static_cast<double>(before)) << "RSS " << before << " -> " << after;
+  if (kRssMeansHeld) {
+    EXPECT_LE(static_cast<double>(after), 1.2 * static_cast<double>(before)) << "RSS " << before << " -> " << after;
+  }
   EXPECT_EQ(status_of(s.post("/v1/completions", kCompletion)), 200);
 }
 
@@ -237,5 +242,7 @@ TEST(HostileClients, SlowlorisOf200ConnectionsStarvesNobody) {
   if (duration >= 20) {
     EXPECT_GT(reconnects.load(), 0) << "the header deadline never cut a trickling connection";
   }
-  EXPECT_LE(static_cast<double>(s.rss_bytes()), 1.2 * static_cast<double>(before));
+  if (kRssMeansHeld) {
+    EXPECT_LE(static_cast<double>(s.rss_bytes()), 1.2 * static_cast<double>(before));
+  }
 }

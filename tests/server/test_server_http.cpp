@@ -5,11 +5,7 @@
 // these failed against the cpp-httplib front end it replaces (measured there: RSS to 1 GB, a
 // 100 MiB chunked body buffered whole, 30 s waits on bad lengths, starvation, a stop that never
 // ended).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,9 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "raw_http_client.hpp"
 #include "server/http/http_server.hpp"
 
 using namespace turbokv::server;
+using namespace turbokv::test;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -36,78 +34,6 @@ size_t rss_bytes() {
   size_t pages = 0, resident = 0;
   statm >> pages >> resident;
   return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Sends what it can (the server may close early); false once the peer refused more.
-bool send_all(int fd, const std::string& data) {
-  size_t at = 0;
-  while (at < data.size()) {
-    const ssize_t n = send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// Reads until the peer closes or `timeout` passes; returns what arrived.
-std::string read_until_closed(int fd, std::chrono::milliseconds timeout) {
-  std::string out;
-  const auto end = Clock::now() + timeout;
-  char buf[16384];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count());
-    if (poll(&p, 1, std::max(1, left)) <= 0) break;
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// Reads until `count` complete responses with Content-Length bodies (or the timeout).
-std::string read_responses(int fd, int count, std::chrono::milliseconds timeout) {
-  std::string out;
-  const auto end = Clock::now() + timeout;
-  char buf[16384];
-  auto complete = [&] {
-    size_t at = 0;
-    for (int i = 0; i < count; ++i) {
-      const size_t head_end = out.find("\r\n\r\n", at);
-      if (head_end == std::string::npos) return false;
-      const size_t cl = out.find("Content-Length: ", at);
-      const size_t len = cl != std::string::npos && cl < head_end ? std::stoul(out.substr(cl + 16)) : 0;
-      if (out.size() < head_end + 4 + len) return false;
-      at = head_end + 4 + len;
-    }
-    return true;
-  };
-  while (!complete() && Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-int status_of(const std::string& response) {
-  if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return -1;
-  return std::stoi(response.substr(9, 3));
 }
 
 // A deferred answer the test controls: ready when `ready` is set; counts cancels.

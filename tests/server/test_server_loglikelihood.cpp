@@ -24,7 +24,7 @@
 
 namespace {
 
-using namespace serve_test;
+using namespace turbokv::test;
 using nlohmann::json;
 
 struct Item {

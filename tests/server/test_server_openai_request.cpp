@@ -123,12 +123,14 @@ TEST(OpenAIRequest, LogprobsEchoAndMaxTokensZero) {
       {R"("echo": "yes")", "echo"},                  {R"("echo": true, "max_tokens": -1)", "max_tokens"},
       {R"("n": 0)", "n"},                            {R"("n": 129)", "n"},
       {R"("n": "2")", "n"},                          {R"("n": 2.5)", "n"},
+      {R"("n": 18446744073709551615)", "n"},         {R"("logprobs": 9223372036854775808)", "logprobs"},
   };
   for (const auto& [field, name] : bad) {
     SCOPED_TRACE(field);
     const ApiError e = refusal([&] { completion(field); });
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, name);
+    EXPECT_EQ(std::string(e.what()).find("got -9"), std::string::npos) << e.what();  // past int64: as sent
   }
   const std::pair<std::string, std::string> bad_chat[] = {
       {R"("logprobs": 2)", "logprobs"},

@@ -3,9 +3,16 @@
 // store that is down or evicts mid-lookup, and values that are garbage, truncated or another
 // model's, are counted and computed instead, with the same answer. And the value format on its
 // own: round trip and every rejection.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -294,6 +301,143 @@ TEST(RedisPrefixStore, UrlsAndADownStoreCostsOneTimeout) {
   const auto counters = store.counters();
   EXPECT_EQ(counters.calls_failed_total, 1u);
   EXPECT_EQ(counters.writes_failed_total, 1u);
+}
+
+// An impostor Redis on 127.0.0.1: answers the first command of each connection with `reply`,
+// then sends `trickle` every `every` (each piece within the client's per-read timeout) for
+// `stream_for`, then closes. Stopped by the destructor.
+class FakeRedis {
+ public:
+  FakeRedis(std::string reply, std::string trickle, std::chrono::milliseconds every,
+            std::chrono::milliseconds stream_for)
+      : reply_(std::move(reply)), trickle_(std::move(trickle)), every_(every), stream_for_(stream_for) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(listen_fd_, 4) != 0 ||
+        getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw Error("fake redis: cannot listen on 127.0.0.1");
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeRedis() {
+    stop_ = true;
+    thread_.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const int fd = accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      char command[4096];
+      pollfd c{fd, POLLIN, 0};
+      if (poll(&c, 1, 1000) > 0 && recv(fd, command, sizeof command, 0) > 0) {
+        bool ok = send(fd, reply_.data(), reply_.size(), MSG_NOSIGNAL) >= 0;
+        const auto end = std::chrono::steady_clock::now() + stream_for_;
+        while (ok && !stop_ && std::chrono::steady_clock::now() < end) {
+          ok = send(fd, trickle_.data(), trickle_.size(), MSG_NOSIGNAL) >= 0;
+          std::this_thread::sleep_for(every_);
+        }
+      }
+      close(fd);
+    }
+  }
+  std::string reply_, trickle_;
+  std::chrono::milliseconds every_, stream_for_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Bytes of this process's peak resident set since reset_peak_rss().
+size_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+bool reset_peak_rss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+size_t rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+struct Outcome {
+  std::string error;  // empty: the call returned
+  double seconds = 0;
+  size_t peak_growth = 0;
+};
+
+template <typename Call>
+Outcome hostile_call(Call call) {
+  Outcome o;
+  const bool peak_known = reset_peak_rss();
+  const size_t before = rss_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    call();
+  } catch (const StoreUnavailable& e) {
+    o.error = e.what();
+  }
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const size_t peak = peak_rss_bytes();
+  o.peak_growth = peak_known && peak > before ? peak - before : 0;
+  return o;
+}
+
+constexpr size_t kMemoryBound = 64 << 20;
+
+// Issue 26, finding 8: "*2147483647" made hiredis allocate the array's pointers (16 GiB) and read
+// elements for as long as they came: the request hung > 30 s and the replica grew to 8.3 GB.
+// None of the store's commands is answered with an array: refused at once.
+TEST(RedisPrefixStore, AnImpostorsHugeArrayIsRefusedAtOnce) {
+  std::string elements;
+  for (int i = 0; i < 10000; ++i) elements += ":1\r\n";
+  FakeRedis fake("*2147483647\r\n", elements, std::chrono::milliseconds(5), std::chrono::seconds(3));
+  RedisPrefixStore store(parse_redis_url("redis://127.0.0.1:" + std::to_string(fake.port())),
+                         {.timeout_ms = 200, .retry_ms = 0});
+  const Outcome o = hostile_call([&] { store.exists({"a", "b"}); });
+  EXPECT_NE(o.error.find("array"), std::string::npos) << o.error;
+  EXPECT_LT(o.seconds, 1.0);
+  EXPECT_LT(o.peak_growth, kMemoryBound);
+}
+
+// A string longer than any value the store holds, streamed fast: refused once that many bytes
+// have come, whatever the length it announced.
+TEST(RedisPrefixStore, AReplyLongerThanAnyValueIsRefused) {
+  FakeRedis fake("$2147483647\r\n", std::string(256 << 10, 'x'), std::chrono::milliseconds(5), std::chrono::seconds(3));
+  RedisPrefixStore store(parse_redis_url("redis://127.0.0.1:" + std::to_string(fake.port())),
+                         {.timeout_ms = 2000, .retry_ms = 0, .max_value_bytes = 1 << 20});
+  const Outcome o = hostile_call([&] { store.get("a"); });
+  EXPECT_NE(o.error.find("bytes"), std::string::npos) << o.error;
+  EXPECT_LT(o.seconds, 1.0);
+  EXPECT_LT(o.peak_growth, kMemoryBound);
+}
+
+// A reply trickled a byte at a time, each within the per-read timeout: the whole call is bounded
+// by --prefix-store-timeout, not each read.
+TEST(RedisPrefixStore, ATrickledReplyCostsOneTimeout) {
+  FakeRedis fake("$100\r\n", "x", std::chrono::milliseconds(20), std::chrono::seconds(3));
+  RedisPrefixStore store(parse_redis_url("redis://127.0.0.1:" + std::to_string(fake.port())),
+                         {.timeout_ms = 200, .retry_ms = 0});
+  const Outcome o = hostile_call([&] { store.get("a"); });
+  EXPECT_NE(o.error.find("timed out"), std::string::npos) << o.error;
+  EXPECT_LT(o.seconds, 1.0);
 }
 
 }  // namespace

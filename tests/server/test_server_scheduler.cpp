@@ -203,6 +203,30 @@ TEST(ServerScheduler, CancelFreesTheSequenceWithinAStep) {
   EXPECT_LT(m.generated_tokens_total, 200u);
 }
 
+// Issue 26, finding 7: queued requests whose clients left were dropped at admission without
+// updating the gauge, so requests_waiting stayed at 48 with nothing waiting.
+TEST(ServerScheduler, CancelledQueuedRequestsLeaveTheWaitingGauge) {
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4", 64 << 20, 1, 64));
+  auto g = greedy("In the beginning", 240);
+  g.ignore_eos = true;
+  auto running = submit(s, g);
+  StreamEvent ev;
+  ASSERT_TRUE(running->wait_next(ev, std::chrono::seconds(30)));  // it holds the only slot
+  std::vector<std::shared_ptr<RequestHandle>> queued;
+  for (int i = 0; i < 48; ++i) queued.push_back(submit(s, g));
+  EXPECT_EQ(s.metrics().waiting, 48u);
+  for (auto& h : queued) h->cancel();
+  for (int i = 0; i < 2000 && s.metrics().requests_cancelled_total < 48; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto m = s.metrics();
+  EXPECT_EQ(m.requests_cancelled_total, 48u);
+  EXPECT_EQ(m.waiting, 0u);
+  EXPECT_EQ(m.running, 1u);
+  running->cancel();
+  wait_idle(s);
+}
+
 TEST(ServerScheduler, PrefixReuseAnswersExactlyAsRecomputation) {
   for (const std::string cache : {"turboquant:bits=4,window=32,sinks=1", "dense", "turboquant:bits=3"}) {
     SCOPED_TRACE(cache);

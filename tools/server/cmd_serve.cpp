@@ -143,7 +143,8 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
   app.add_option("--alias", a->alias, "model id the API lists and accepts (default: the file name)");
   app.add_option("--host", a->http.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->http.port, "port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
-  app.add_option("--api-key", a->http.api_key, "require Authorization: Bearer KEY on /v1/*");
+  app.add_option("--api-key", a->http.api_key, "require Authorization: Bearer KEY on /v1/* and /metrics");
+  app.add_flag("--metrics-public", a->http.metrics_public, "with --api-key: /metrics answers without the key");
   add_kv_flags(app, a->kv, "TurboQuant 4-bit, window 32 and sinks 1 stored in fp16");
   app.add_option("--kv-budget", a->kv_budget, "bytes all sequences' KV caches (and stored prefixes) may hold, e.g. 512MiB")
       ->capture_default_str();
