@@ -71,15 +71,6 @@ std::vector<std::vector<int>> make_windows(std::span<const int> tokens, int ctx,
 
 namespace {
 
-// log(sum(exp(x))) in double.
-double log_sum_exp(std::span<const float> x) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (const float v : x) m = std::max(m, static_cast<double>(v));
-  double s = 0.0;
-  for (const float v : x) s += std::exp(static_cast<double>(v) - m);
-  return m + std::log(s);
-}
-
 void check_same_size(std::span<const float> a, std::span<const float> b, const char* what) {
   if (a.size() != b.size() || a.empty()) {
     throw Error(fmt::format("{}: logit vectors of sizes {} and {}", what, a.size(), b.size()));

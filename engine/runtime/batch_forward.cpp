@@ -148,6 +148,7 @@ void BatchForward::run(std::span<const BatchEntry> entries) {
   first_row_.assign(entries.size(), 0);
   position_.assign(entries.size(), 0);
   logit_slot_.assign(entries.size(), kNoLogits);
+  logit_rows_.assign(entries.size(), 0);
   size_t rows = 0, logit_rows = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
     first_row_[e] = rows;
@@ -156,7 +157,11 @@ void BatchForward::run(std::span<const BatchEntry> entries) {
       if (entries[p].caches[0] == entries[e].caches[0]) position_[e] = position_[p] + entries[p].tokens.size();
     }
     rows += entries[e].tokens.size();
-    if (entries[e].want_logits) logit_slot_[e] = logit_rows++;
+    if (entries[e].want_logits || entries[e].all_logits) {
+      logit_slot_[e] = logit_rows;
+      logit_rows_[e] = entries[e].all_logits ? entries[e].tokens.size() : 1;
+      logit_rows += logit_rows_[e];
+    }
   }
   reserve(rows);
   const size_t dim = c.dim, hidden = c.hidden_dim;
@@ -182,10 +187,12 @@ void BatchForward::run(std::span<const BatchEntry> entries) {
   logits_.resize(logit_rows * vocab);
   if (logit_rows == 0) return;
   for (size_t e = 0; e < entries.size(); ++e) {
-    if (logit_slot_[e] == kNoLogits) continue;
-    const size_t last = first_row_[e] + entries[e].tokens.size() - 1;
-    ops::rmsnorm(xb_.data() + logit_slot_[e] * dim, x_.data() + last * dim, model_.final_norm.data(), c.dim,
-                 c.norm_eps);
+    // The entry's last logit_rows_[e] rows (all of them, or its last token's).
+    const size_t first = first_row_[e] + entries[e].tokens.size() - logit_rows_[e];
+    for (size_t i = 0; i < logit_rows_[e]; ++i) {
+      ops::rmsnorm(xb_.data() + (logit_slot_[e] + i) * dim, x_.data() + (first + i) * dim, model_.final_norm.data(),
+                   c.dim, c.norm_eps);
+    }
   }
   project(model_.output, xb_.data(), logit_rows, logits_.data());
 }
@@ -195,7 +202,15 @@ std::span<const float> BatchForward::logits(size_t entry) const {
     throw Error(fmt::format("BatchForward: entry {} has no logits", entry));
   }
   const size_t vocab = static_cast<size_t>(model_.config.vocab_size);
-  return std::span<const float>(logits_.data() + logit_slot_[entry] * vocab, vocab);
+  return std::span<const float>(logits_.data() + (logit_slot_[entry] + logit_rows_[entry] - 1) * vocab, vocab);
+}
+
+std::span<const float> BatchForward::all_logits(size_t entry) const {
+  if (entry >= logit_slot_.size() || logit_slot_[entry] == kNoLogits) {
+    throw Error(fmt::format("BatchForward: entry {} has no logits", entry));
+  }
+  const size_t vocab = static_cast<size_t>(model_.config.vocab_size);
+  return std::span<const float>(logits_.data() + logit_slot_[entry] * vocab, logit_rows_[entry] * vocab);
 }
 
 }  // namespace turbokv::engine

@@ -35,6 +35,7 @@ struct BatchEntry {
   std::span<const int> tokens;                // at positions caches[l]->size() onwards
   std::span<turbokv::KVCache* const> caches;  // one per layer, all holding the same tokens
   bool want_logits = false;                   // logits of the entry's last token
+  bool all_logits = false;                    // logits of every token (scoring a prompt); implies want_logits
 };
 
 class BatchForward {
@@ -46,6 +47,9 @@ class BatchForward {
   // touched) on an out-of-range token, an empty entry, or caches of the wrong shape or size.
   void run(std::span<const BatchEntry> entries);
   std::span<const float> logits(size_t entry) const;
+  // Every logit row kept for the entry: with all_logits [tokens][vocab], row i the logits
+  // after its token i; else its last token's.
+  std::span<const float> all_logits(size_t entry) const;
 
   const Model& model() const { return model_; }
 
@@ -63,7 +67,8 @@ class BatchForward {
   std::vector<size_t> first_row_, position_;  // per entry
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   std::vector<float> q_heads_, k_heads_, v_heads_, att_heads_;
-  std::vector<size_t> logit_slot_;  // per entry: row in logits_, or SIZE_MAX
+  std::vector<size_t> logit_slot_;  // per entry: first row in logits_, or SIZE_MAX
+  std::vector<size_t> logit_rows_;  // per entry: rows in logits_ (0, 1, or its tokens)
   std::vector<float> logits_;
 };
 

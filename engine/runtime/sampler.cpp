@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "turbokv/error.hpp"
 
@@ -18,6 +19,39 @@ int argmax(std::span<const float> logits) {
   return best;
 }
 
+double log_sum_exp(std::span<const float> x) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (const float v : x) m = std::max(m, static_cast<double>(v));
+  double s = 0.0;
+  for (const float v : x) s += std::exp(static_cast<double>(v) - m);
+  return m + std::log(s);
+}
+
+TokenLogprob token_logprob(std::span<const float> logits, int token, int top) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+    throw Error(fmt::format("token_logprob: token {} outside {} logits", token, logits.size()));
+  }
+  const double lse = log_sum_exp(logits);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - lse);
+  const size_t k = std::min(logits.size(), static_cast<size_t>(std::max(top, 0)));
+  if (k == 0) return out;
+  // One pass keeping the k best (k <= 20 in practice), descending: a vocabulary of 128k costs
+  // no allocation or sort per scored position. An equal logit goes after those already kept,
+  // so ties keep the lower id first.
+  out.top.reserve(k + 1);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    if (out.top.size() == k && !(l > out.top.back().second)) continue;
+    const auto at = std::find_if(out.top.begin(), out.top.end(), [&](const auto& kept) { return l > kept.second; });
+    out.top.insert(at, {static_cast<int>(i), l});
+    if (out.top.size() > k) out.top.pop_back();
+  }
+  for (auto& [id, value] : out.top) value = static_cast<float>(static_cast<double>(value) - lse);
+  return out;
+}
+
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
   if (!(options_.temperature >= 0.0f) || !std::isfinite(options_.temperature)) {
     throw Error(fmt::format("sampler: temperature {} must be finite and >= 0", options_.temperature));
@@ -25,11 +59,48 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
   if (!(options_.top_p <= 1.0f) || std::isnan(options_.top_p)) {
     throw Error(fmt::format("sampler: top_p {} must be at most 1", options_.top_p));
   }
+  if (!std::isfinite(options_.frequency_penalty) || !std::isfinite(options_.presence_penalty)) {
+    throw Error("sampler: penalties must be finite");
+  }
+  for (const auto& [id, bias] : options_.logit_bias) {
+    if (id < 0 || !std::isfinite(bias)) throw Error(fmt::format("sampler: bad logit_bias {} for token {}", bias, id));
+  }
 }
 
-int Sampler::sample(std::span<const float> logits) {
+bool Sampler::adjusts() const {
+  return options_.frequency_penalty != 0.0f || options_.presence_penalty != 0.0f || !options_.logit_bias.empty();
+}
+
+std::span<const float> Sampler::adjusted(std::span<const float> logits) {
+  if (!adjusts()) return logits;
+  adjusted_.assign(logits.begin(), logits.end());
+  for (const auto& [id, bias] : options_.logit_bias) {
+    if (static_cast<size_t>(id) >= adjusted_.size()) {
+      throw Error(fmt::format("sampler: logit_bias token {} outside {} logits", id, adjusted_.size()));
+    }
+    adjusted_[static_cast<size_t>(id)] += bias;
+  }
+  for (size_t t = 0; t < std::min(counts_.size(), adjusted_.size()); ++t) {
+    if (counts_[t] == 0) continue;
+    adjusted_[t] -= options_.frequency_penalty * static_cast<float>(counts_[t]) + options_.presence_penalty;
+  }
+  return adjusted_;
+}
+
+int Sampler::sample(std::span<const float> raw_logits) {
+  if (raw_logits.empty()) throw Error("sampler: empty logits");
+  const std::span<const float> logits = adjusted(raw_logits);
+  const int token = choose(logits);
+  // Counts feed only the penalties; without them nothing needs them.
+  if (adjusts()) {
+    if (counts_.size() < raw_logits.size()) counts_.resize(raw_logits.size());
+    ++counts_[static_cast<size_t>(token)];
+  }
+  return token;
+}
+
+int Sampler::choose(std::span<const float> logits) {
   if (options_.temperature == 0.0f) return argmax(logits);
-  if (logits.empty()) throw Error("sampler: empty logits");
   // Softmax of logits / temperature, in double for the normalizer.
   const float max_logit = logits[static_cast<size_t>(argmax(logits))];
   probs_.resize(logits.size());

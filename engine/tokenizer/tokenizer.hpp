@@ -46,6 +46,8 @@ class Tokenizer {
   // Text of a whole sequence (the streaming form applied token by token; BOS and EOS add
   // nothing).
   std::string decode_all(std::span<const int> ids) const;
+  // What `id` adds to that text after `prev` (decode_all's step; -1: the first token).
+  std::string token_text(int prev, int id) const;
 
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;

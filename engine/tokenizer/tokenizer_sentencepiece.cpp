@@ -15,11 +15,15 @@ std::string Tokenizer::decode_all(std::span<const int> ids) const {
   std::string text;
   int prev = -1;
   for (const int id : ids) {
-    // BOS/EOS carry no text (their llama2.c pieces are "\n<s>\n", "\n</s>\n").
-    if (id != bos_id() && id != eos_id()) text += decode(prev, id);
+    text += token_text(prev, id);
     prev = id;
   }
   return text;
+}
+
+std::string Tokenizer::token_text(int prev, int id) const {
+  // BOS/EOS carry no text (their llama2.c pieces are "\n<s>\n", "\n</s>\n").
+  return id == bos_id() || id == eos_id() ? std::string() : decode(prev, id);
 }
 
 namespace {

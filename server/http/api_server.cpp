@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "server/http/openai_request.hpp"
@@ -280,70 +283,219 @@ struct CompletionHeader {
   }
 };
 
-// A non-streamed completion: the text gathered as the scheduler produces it, answered whole.
+json utf8_bytes(const std::string& s) {
+  json out = json::array();
+  for (const char c : s) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+// Tokens' log-probabilities in OpenAI's shapes: completions {tokens, token_logprobs,
+// top_logprobs, text_offset} (parallel arrays; text_offset in bytes of the choice's text),
+// chat {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}. Each
+// add() returns its tokens' part (a streamed chunk's) and appends it to all() (the whole answer's).
+class LogprobWriter {
+ public:
+  LogprobWriter(const engine::Tokenizer& tok, bool chat, int prev) : tok_(tok), chat_(chat), prev_(prev) {
+    all_ = empty();
+  }
+  // `unscored`: a first token without a log-probability (the prompt's first, echoed).
+  json add(std::span<const engine::TokenLogprob> tokens, std::optional<int> unscored = std::nullopt) {
+    json part = empty();
+    if (unscored) put(part, *unscored, std::nullopt, {});
+    for (const auto& t : tokens) put(part, t.token, t.logprob, t.top);
+    for (auto& [key, values] : part.items()) {
+      for (auto& v : values) all_[key].push_back(v);
+    }
+    return part;
+  }
+  void set_offset(size_t offset) { offset_ = offset; }
+  const json& all() const { return all_; }
+
+ private:
+  json empty() const {
+    if (chat_) return {{"content", json::array()}};
+    return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+  }
+  // A token's text as the answer shows it: end-of-generation tokens show none.
+  std::string shown(int id) const { return tok_.is_end_of_generation(id) ? "" : tok_.token_text(prev_, id); }
+  void put(json& part, int id, std::optional<float> logprob, const std::vector<std::pair<int, float>>& top) {
+    const std::string text = shown(id);
+    if (chat_) {
+      json alternatives = json::array();
+      for (const auto& [alt, lp] : top) {
+        const std::string s = shown(alt);
+        alternatives.push_back({{"token", s}, {"logprob", lp}, {"bytes", utf8_bytes(s)}});
+      }
+      part["content"].push_back(
+          {{"token", text}, {"logprob", *logprob}, {"bytes", utf8_bytes(text)}, {"top_logprobs", alternatives}});
+    } else {
+      json alternatives = logprob ? json::object() : json();
+      for (const auto& [alt, lp] : top) alternatives[shown(alt)] = lp;
+      part["tokens"].push_back(text);
+      part["token_logprobs"].push_back(logprob ? json(*logprob) : json());
+      part["top_logprobs"].push_back(alternatives);
+      part["text_offset"].push_back(offset_);
+    }
+    offset_ += text.size();
+    prev_ = id;
+  }
+  const engine::Tokenizer& tok_;
+  bool chat_;
+  int prev_;
+  size_t offset_ = 0;
+  json all_;
+};
+
+// What an answer needs besides the scheduler's events: how to name tokens, what to echo.
+struct AnswerSpec {
+  CompletionHeader header;
+  const engine::Tokenizer* tok = nullptr;
+  bool logprobs = false;
+  bool echo = false;           // completions: the prompt's text (and with logprobs its tokens') first
+  bool include_usage = false;  // streams
+};
+
+// One choice of an answer: its request's events turned into text and log-probabilities.
+struct Choice {
+  Choice(std::shared_ptr<RequestHandle> h, const AnswerSpec& spec, std::vector<int> prompt_tokens,
+         std::string echo, bool first)
+      : handle(std::move(h)), prompt(std::move(prompt_tokens)), echo_text(std::move(echo)), first_of_prompt(first) {
+    if (spec.logprobs) logprobs.emplace(*spec.tok, spec.header.chat, spec.echo ? -1 : prompt.back());
+    text = echo_text;
+  }
+  std::shared_ptr<RequestHandle> handle;
+  std::vector<int> prompt;
+  std::string echo_text;      // with echo
+  bool first_of_prompt;       // the prompt's first choice (its tokens count once in usage)
+  std::string text;
+  std::optional<LogprobWriter> logprobs;
+  bool finished = false;
+  StreamEvent last;  // the finished event
+};
+
+// The events' part of the logprobs (the prompt's, with its first token unscored, or generated
+// tokens'); null without logprobs.
+json logprob_part(Choice& c, const StreamEvent& ev) {
+  if (!c.logprobs) return nullptr;
+  if (ev.kind != StreamEvent::Kind::prompt) return c.logprobs->add(ev.logprobs);
+  json part = c.logprobs->add(ev.logprobs, c.prompt.front());
+  c.logprobs->set_offset(c.echo_text.size());  // the generated text follows the echoed prompt
+  return part;
+}
+
+Usage total_usage(const std::vector<Choice>& choices) {
+  // Each prompt counts once however many choices it has (as OpenAI counts n); generated tokens
+  // add up.
+  Usage u;
+  for (const auto& c : choices) {
+    u.completion_tokens += c.last.usage.completion_tokens;
+    if (!c.first_of_prompt) continue;
+    u.prompt_tokens += c.last.usage.prompt_tokens;
+    u.cached_tokens += c.last.usage.cached_tokens;
+    u.store_tokens += c.last.usage.store_tokens;
+  }
+  return u;
+}
+
+void set_all_wakes(std::vector<Choice>& choices, const std::function<void()>& wake) {
+  for (auto& c : choices) c.handle->set_notify(wake);
+}
+
+// A non-streamed completion: each choice's text gathered as the scheduler produces it,
+// answered whole when every choice has finished.
 class CompletionAnswer : public PendingAnswer {
  public:
-  CompletionAnswer(std::shared_ptr<RequestHandle> handle, CompletionHeader header)
-      : handle_(std::move(handle)), header_(std::move(header)) {}
-  void set_wake(std::function<void()> wake) override { handle_->set_notify(std::move(wake)); }
-  void cancel() override { handle_->cancel(); }
+  CompletionAnswer(std::vector<Choice> choices, AnswerSpec spec) : spec_(std::move(spec)), choices_(std::move(choices)) {}
+  void set_wake(std::function<void()> wake) override { set_all_wakes(choices_, wake); }
+  void cancel() override {
+    for (auto& c : choices_) c.handle->cancel();
+  }
   std::optional<HttpResponse> poll() override {
     StreamEvent ev;
-    while (handle_->try_next(ev)) {
-      if (ev.kind == StreamEvent::Kind::text) {
-        text_ += ev.text;
-        continue;
+    for (auto& c : choices_) {
+      while (!c.finished && c.handle->try_next(ev)) {
+        if (ev.kind == StreamEvent::Kind::failed) {
+          cancel();
+          return error_response(ApiError(500, "server_error", "internal_error", ev.error));
+        }
+        if (ev.kind == StreamEvent::Kind::finished) {
+          c.finished = true;
+          c.last = std::move(ev);
+          break;
+        }
+        c.text += ev.text;
+        logprob_part(c, ev);
       }
-      if (ev.kind == StreamEvent::Kind::failed) return error_response(ApiError(500, "server_error", "internal_error", ev.error));
-      json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", ev.finish_reason}};
-      if (header_.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", text_}};
-      } else {
-        choice["text"] = text_;
-      }
-      json body = header_.body(json::array({choice}));
-      body["usage"] = usage_json(ev.usage);
-      return json_response(body);
     }
-    return std::nullopt;
+    if (!std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; })) return std::nullopt;
+    json choices = json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& c = choices_[i];
+      json choice = {{"index", i}, {"logprobs", c.logprobs ? c.logprobs->all() : json()},
+                     {"finish_reason", c.last.finish_reason}};
+      if (spec_.header.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["text"] = c.text;
+      }
+      choices.push_back(std::move(choice));
+    }
+    json body = spec_.header.body(std::move(choices));
+    body["usage"] = usage_json(total_usage(choices_));
+    return json_response(body);
   }
 
  private:
-  std::shared_ptr<RequestHandle> handle_;
-  CompletionHeader header_;
-  std::string text_;
+  AnswerSpec spec_;
+  std::vector<Choice> choices_;
 };
 
-// A streamed completion: one SSE event per text piece, then the finish chunk, usage if asked,
-// [DONE]. While nothing comes (queued, or a long prompt) an SSE comment every 10 s keeps proxies
-// and clients from timing out.
+// A streamed completion: one SSE event per text piece of each choice (with its index), a finish
+// chunk per choice, then usage if asked and [DONE] once all have finished. While nothing comes
+// (queued, or a long prompt) an SSE comment every 10 s keeps proxies and clients from timing out.
 class CompletionStream : public StreamBody {
  public:
-  CompletionStream(std::shared_ptr<RequestHandle> handle, CompletionHeader header, bool include_usage)
-      : handle_(std::move(handle)), header_(std::move(header)), include_usage_(include_usage) {}
-  void set_wake(std::function<void()> wake) override { handle_->set_notify(std::move(wake)); }
-  void cancel() override { handle_->cancel(); }
+  CompletionStream(std::vector<Choice> choices, AnswerSpec spec) : spec_(std::move(spec)), choices_(std::move(choices)) {}
+  void set_wake(std::function<void()> wake) override { set_all_wakes(choices_, wake); }
+  void cancel() override {
+    for (auto& c : choices_) c.handle->cancel();
+  }
   Pull pull(std::string& out) override {
     const auto now = std::chrono::steady_clock::now();
-    if (header_.chat && !started_) {
+    if (!started_) {
       started_ = true;
-      out += chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        if (spec_.header.chat) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+        // An echo without logprobs goes first; with them, with the prompt's logprobs (below).
+        if (spec_.echo && !spec_.logprobs) out += chunk(i, json(choices_[i].echo_text), nullptr, nullptr);
+      }
     }
     StreamEvent ev;
-    while (handle_->try_next(ev)) {
-      if (ev.kind == StreamEvent::Kind::text) {
-        out += chunk(header_.chat ? json{{"content", ev.text}} : json(ev.text), nullptr);
-        continue;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      while (!c.finished && c.handle->try_next(ev)) {
+        if (ev.kind == StreamEvent::Kind::failed) {
+          cancel();
+          out += "data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n";
+          return Pull::end;
+        }
+        if (ev.kind == StreamEvent::Kind::finished) {
+          c.finished = true;
+          c.last = std::move(ev);
+          out += chunk(i, spec_.header.chat ? json::object() : json(""), nullptr, c.last.finish_reason);
+          break;
+        }
+        const std::string& text = ev.kind == StreamEvent::Kind::prompt ? c.echo_text : ev.text;
+        json logprobs = logprob_part(c, ev);
+        out += chunk(i, spec_.header.chat ? json{{"content", text}} : json(text), std::move(logprobs), nullptr);
       }
-      if (ev.kind == StreamEvent::Kind::failed) {
-        out += "data: " + dump(error_body(ev.error, "server_error", "internal_error")) + "\n\n";
-        return Pull::end;
-      }
-      out += chunk(header_.chat ? json::object() : json(""), ev.finish_reason);
-      if (include_usage_) {
-        json body = header_.body(json::array());
-        if (header_.chat) body["object"] = "chat.completion.chunk";
-        body["usage"] = usage_json(ev.usage);
+    }
+    if (std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; })) {
+      if (spec_.include_usage) {
+        json body = spec_.header.body(json::array());
+        if (spec_.header.chat) body["object"] = "chat.completion.chunk";
+        body["usage"] = usage_json(total_usage(choices_));
         out += "data: " + dump(body) + "\n\n";
       }
       out += "data: [DONE]\n\n";
@@ -356,22 +508,21 @@ class CompletionStream : public StreamBody {
   }
 
  private:
-  std::string chunk(const json& delta_or_text, const json& finish) const {
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    if (header_.chat) {
+  std::string chunk(size_t index, const json& delta_or_text, json logprobs, const json& finish) const {
+    json choice = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    if (spec_.header.chat) {
       choice["delta"] = delta_or_text;
     } else {
       choice["text"] = delta_or_text;
     }
-    json body = header_.body(json::array({choice}));
-    if (header_.chat) body["object"] = "chat.completion.chunk";
-    if (include_usage_) body["usage"] = nullptr;
+    json body = spec_.header.body(json::array({choice}));
+    if (spec_.header.chat) body["object"] = "chat.completion.chunk";
+    if (spec_.include_usage) body["usage"] = nullptr;
     return "data: " + dump(body) + "\n\n";
   }
 
-  std::shared_ptr<RequestHandle> handle_;
-  CompletionHeader header_;
-  bool include_usage_;
+  AnswerSpec spec_;
+  std::vector<Choice> choices_;
   bool started_ = false;
   std::chrono::steady_clock::time_point last_output_ = std::chrono::steady_clock::now();
 };
@@ -379,59 +530,97 @@ class CompletionStream : public StreamBody {
 }  // namespace
 
 Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
-  ParsedRequest p = parse_request(req.body, chat, b.scheduler->context());
+  const engine::Tokenizer& tok = *b.tokenizer;
+  const int ctx = b.scheduler->context();
+  ParsedRequest p = parse_request(req.body, chat, ctx, tok.vocab_size());
   if (p.model && *p.model != b.model_id) {
     throw ApiError(404, "invalid_request_error", "model_not_found",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", *p.model, b.model_id), "model");
   }
-  const engine::Tokenizer& tok = *b.tokenizer;
+  // The prompts as tokens: a chat's rendered messages, or each completions prompt.
+  struct Prompt {
+    std::vector<int> tokens;
+    std::vector<size_t> marks;
+    std::string echo_text;
+  };
+  std::vector<Prompt> prompts;
   RenderedChat rendered;
   if (chat) {
     rendered = render_chat(b.chat_format, p.messages);
-    p.generation.prompt = rendered.encode(tok);
-  } else if (!p.prompt_is_tokens) {
-    p.generation.prompt = tok.encode(p.prompt_text, true);
+    prompts.push_back({rendered.encode(tok), {}, ""});
   }
-  for (const int id : p.generation.prompt) {
-    if (id >= tok.vocab_size()) {
-      throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
+  for (const PromptInput& in : p.prompts) {
+    Prompt one{in.is_tokens ? in.tokens : tok.encode(in.text, true), {}, ""};
+    if (p.echo) one.echo_text = in.is_tokens ? tok.decode_all(one.tokens) : in.text;
+    prompts.push_back(std::move(one));
+  }
+  for (const Prompt& prompt : prompts) {
+    for (const int id : prompt.tokens) {
+      if (id >= tok.vocab_size()) {
+        throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
+      }
+    }
+    if (static_cast<int64_t>(prompt.tokens.size()) >= ctx) {
+      throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
+                                        "and at least one generated token must fit)", prompt.tokens.size(), ctx),
+                            chat ? "messages" : "prompt");
     }
   }
-  const int ctx = b.scheduler->context();
-  if (static_cast<int64_t>(p.generation.prompt.size()) >= ctx) {
-    throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
-                                      "and at least one generated token must fit)", p.generation.prompt.size(), ctx),
-                          chat ? "messages" : "prompt");
+  const SchedulerOptions& so = b.scheduler->options();
+  if (prompts.size() * static_cast<size_t>(p.n) > static_cast<size_t>(so.parallel + so.max_queue)) {
+    throw invalid_request(fmt::format("{} prompts x n = {} sequences; this server runs and queues at most {}",
+                                      prompts.size(), p.n, so.parallel + so.max_queue), "n");
   }
   // Only a prompt that fits is worth its marks (the work of the request ends here otherwise).
-  if (chat) p.generation.prefix_marks = message_marks(tok, rendered, p.generation.prompt);
-  if (!p.max_tokens_given) p.generation.max_tokens = ctx - static_cast<int>(p.generation.prompt.size());
+  if (chat) prompts.front().marks = message_marks(tok, rendered, prompts.front().tokens);
 
-  auto handle = std::make_shared<RequestHandle>();
-  std::string why;
+  AnswerSpec spec;
+  spec.header = {chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)), now_seconds(),
+                 b.model_id};
+  spec.tok = &tok;
+  spec.logprobs = p.generation.logprobs >= 0;
+  spec.echo = p.echo;
+  spec.include_usage = p.include_usage;
+  // Each prompt's n choices are n sequences, sampled with seeds seed, seed + 1, ...; the
+  // scheduler computes a prompt once (its other choices wait for its stored prefix).
+  std::vector<Choice> choices;
   Reply reply;
-  switch (b.scheduler->submit(p.generation, handle, &why)) {
-    case Scheduler::Admission::queue_full:
-      reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
-      reply.response.headers.emplace_back("Retry-After", "1");
-      return reply;
-    case Scheduler::Admission::draining:
-      reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
-      reply.response.headers.emplace_back("Retry-After", "1");
-      return reply;
-    case Scheduler::Admission::too_large:
-      throw invalid_request(why, "max_tokens");
-    default:
-      break;
+  for (const Prompt& prompt : prompts) {
+    for (int i = 0; i < p.n; ++i) {
+      GenerationRequest g = p.generation;
+      g.prompt = prompt.tokens;
+      g.prefix_marks = prompt.marks;
+      if (!p.max_tokens_given) g.max_tokens = ctx - static_cast<int>(prompt.tokens.size());
+      g.sampling.seed += static_cast<uint64_t>(i);
+      auto handle = std::make_shared<RequestHandle>();
+      std::string why;
+      const Scheduler::Admission admission = b.scheduler->submit(std::move(g), handle, &why);
+      if (admission != Scheduler::Admission::accepted) {
+        for (auto& c : choices) c.handle->cancel();
+      }
+      switch (admission) {
+        case Scheduler::Admission::queue_full:
+          reply.response = error_response(ApiError(429, "rate_limit_exceeded", "rate_limit_exceeded", why));
+          reply.response.headers.emplace_back("Retry-After", "1");
+          return reply;
+        case Scheduler::Admission::draining:
+          reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
+          reply.response.headers.emplace_back("Retry-After", "1");
+          return reply;
+        case Scheduler::Admission::too_large:
+          throw invalid_request(why, "max_tokens");
+        default:
+          break;
+      }
+      choices.emplace_back(std::move(handle), spec, prompt.tokens, prompt.echo_text, i == 0);
+    }
   }
-  CompletionHeader header{chat, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", counters_->next_id.fetch_add(1)),
-                          now_seconds(), b.model_id};
   if (!p.stream) {
-    reply.pending = std::make_shared<CompletionAnswer>(handle, std::move(header));
+    reply.pending = std::make_shared<CompletionAnswer>(std::move(choices), std::move(spec));
     return reply;
   }
   reply.response = HttpResponse{200, "text/event-stream", "", {{"Cache-Control", "no-cache"}}};
-  reply.stream = std::make_shared<CompletionStream>(handle, std::move(header), p.include_usage);
+  reply.stream = std::make_shared<CompletionStream>(std::move(choices), std::move(spec));
   return reply;
 }
 

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 
 namespace turbokv::server {
 
@@ -15,7 +17,45 @@ ApiError invalid_request(const std::string& message, const std::string& param) {
   return ApiError(400, "invalid_request_error", "invalid_request", message, param);
 }
 
+ApiError unsupported_parameter(const std::string& message, const std::string& param) {
+  return ApiError(400, "invalid_request_error", "unsupported_parameter", message, param);
+}
+
 namespace {
+
+// The fields each endpoint implements (README "Serving"); ignore_eos is this server's extension,
+// user is accepted and has no effect.
+constexpr const char* kCommonFields[] = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
+                                         "stream_options", "stop", "seed", "presence_penalty",
+                                         "frequency_penalty", "logit_bias", "logprobs", "user", "ignore_eos"};
+constexpr const char* kCompletionFields[] = {"prompt", "echo", "best_of"};
+constexpr const char* kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
+// OpenAI fields this server knows it does not implement (a clearer message than "unrecognized").
+constexpr const char* kUnsupportedFields[] = {
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "suffix",
+    "best_of", "audio", "modalities", "prediction", "reasoning_effort", "service_tier", "store", "metadata",
+    "web_search_options"};
+
+bool listed(std::span<const char* const> names, const std::string& key) {
+  return std::any_of(names.begin(), names.end(), [&](const char* n) { return key == n; });
+}
+
+// Refuses a non-null field the endpoint does not implement, or one OpenAI does not define.
+void check_fields(const json& body, bool chat) {
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;
+    if (listed(kCommonFields, key) || listed(chat ? std::span<const char* const>(kChatFields)
+                                                  : std::span<const char* const>(kCompletionFields), key)) {
+      continue;
+    }
+    if (listed(kUnsupportedFields, key) || listed(chat ? std::span<const char* const>(kCompletionFields)
+                                                       : std::span<const char* const>(kChatFields), key)) {
+      throw unsupported_parameter(fmt::format("'{}' is not supported by this server{}", key,
+                                              chat ? " on /v1/chat/completions" : " on /v1/completions"), key);
+    }
+    throw unsupported_parameter(fmt::format("Unrecognized request argument supplied: {}", key), key);
+  }
+}
 
 bool present(const json& body, const char* key) { return body.contains(key) && !body.at(key).is_null(); }
 
@@ -28,6 +68,22 @@ double number_field(const json& body, const char* key, double lo, double hi, dou
     throw invalid_request(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, v.dump()), key);
   }
   return x;
+}
+
+int int_field(const json& body, const char* key, int lo, int hi, int fallback) {
+  if (!present(body, key)) return fallback;
+  const json& v = body.at(key);
+  // Past int64 the parser gives an unsigned integer (up to 2^64 - 1), then a double: compared
+  // as such and reported as sent (read as int64, 2^63 was "got -9223372036854775808").
+  const bool too_large = (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+                         (v.is_number_float() && v.get<double>() > 0x1p63);
+  if (too_large) {
+    throw invalid_request(fmt::format("'{}' must be between {} and {}, got {}: too large", key, lo, hi, v.dump()), key);
+  }
+  if (!v.is_number_integer()) throw invalid_request(fmt::format("'{}' must be an integer", key), key);
+  const auto x = v.get<int64_t>();
+  if (x < lo || x > hi) throw invalid_request(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, x), key);
+  return static_cast<int>(x);
 }
 
 bool bool_field(const json& body, const char* key) {
@@ -65,9 +121,36 @@ std::string message_content(const json& content, size_t index) {
   return text;
 }
 
+// logit_bias: {"token id": bias in [-100, 100]}.
+std::vector<std::pair<int, float>> logit_bias(const json& body, int vocab) {
+  std::vector<std::pair<int, float>> out;
+  if (!present(body, "logit_bias")) return out;
+  const json& map = body.at("logit_bias");
+  if (!map.is_object()) throw invalid_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  for (const auto& [key, value] : map.items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || key.empty() || !std::isdigit(static_cast<unsigned char>(key[0])) || id >= vocab) {
+      throw invalid_request(fmt::format("'logit_bias' key '{}' is not a token id below the vocabulary size {}", key,
+                                        vocab), "logit_bias");
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
+      throw invalid_request(fmt::format("'logit_bias' values must be numbers between -100 and 100, got {} for {}",
+                                        value.dump(), key), "logit_bias");
+    }
+    out.emplace_back(static_cast<int>(id), value.get<float>());
+  }
+  return out;
+}
+
 }  // namespace
 
-ParsedRequest parse_request(const std::string& body_text, bool chat, int context) {
+ParsedRequest parse_request(const std::string& body_text, bool chat, int context, int vocab) {
   json body;
   try {
     body = json::parse(body_text);
@@ -75,34 +158,32 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
     throw invalid_request(fmt::format("the body is not valid JSON: {}", e.what()));
   }
   if (!body.is_object()) throw invalid_request("the body must be a JSON object");
+  check_fields(body, chat);
   ParsedRequest out;
   if (present(body, "model")) {
     if (!body.at("model").is_string()) throw invalid_request("'model' must be a string", "model");
     out.model = body.at("model").get<std::string>();
   }
-  if (present(body, "n")) {
-    if (!body.at("n").is_number_integer() || body.at("n").get<int64_t>() != 1) {
-      throw invalid_request("only n = 1 is supported", "n");
+  out.n = int_field(body, "n", 1, 128, 1);
+  if (!chat) {
+    out.echo = bool_field(body, "echo");
+    // best_of n generates n and returns the best: only the trivial best_of 1 is implemented.
+    if (present(body, "best_of") && !(body.at("best_of").is_number_integer() && body.at("best_of").get<int64_t>() == 1)) {
+      throw unsupported_parameter("'best_of' other than 1 is not supported by this server", "best_of");
+    }
+  } else if (present(body, "response_format")) {
+    // Plain text is what every answer is; JSON modes and schemas are not implemented.
+    const json& rf = body.at("response_format");
+    if (!rf.is_object() || !rf.contains("type") || rf.at("type") != "text") {
+      throw unsupported_parameter("'response_format' other than {\"type\": \"text\"} is not supported by this server",
+                                  "response_format");
     }
   }
-  // max_completion_tokens is the newer name (chat); max_tokens the older one.
+  // max_completion_tokens is the newer name (chat); max_tokens the older one. 0 only with echo:
+  // scoring a prompt (lm-evaluation-harness's loglikelihood requests).
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!present(body, key)) continue;
-    const json& v = body.at(key);
-    // Past int64 the parser gives an unsigned integer (up to 2^64 - 1), then a double: compared
-    // as such and reported as sent (read as int64, 2^63 was "got -9223372036854775808").
-    const bool too_large = (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(context)) ||
-                           (v.is_number_float() && v.get<double>() > 0x1p63);
-    if (too_large) {
-      throw invalid_request(
-          fmt::format("'{}' must be between 1 and the context size {}, got {}: too large", key, context, v.dump()), key);
-    }
-    if (!v.is_number_integer()) throw invalid_request(fmt::format("'{}' must be an integer", key), key);
-    const auto n = v.get<int64_t>();
-    if (n < 1) {
-      throw invalid_request(fmt::format("'{}' must be between 1 and the context size {}, got {}", key, context, n), key);
-    }
-    out.generation.max_tokens = static_cast<int>(n);
+    out.generation.max_tokens = int_field(body, key, out.echo ? 0 : 1, context, 0);
     out.max_tokens_given = true;
   }
   // OpenAI's defaults: temperature 1, top_p 1.
@@ -138,6 +219,21 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
     out.include_usage = bool_field(so, "include_usage");
   }
   out.generation.ignore_eos = bool_field(body, "ignore_eos");
+  // OpenAI's ranges.
+  out.generation.sampling.frequency_penalty = static_cast<float>(number_field(body, "frequency_penalty", -2.0, 2.0, 0.0));
+  out.generation.sampling.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", -2.0, 2.0, 0.0));
+  out.generation.sampling.logit_bias = logit_bias(body, vocab);
+  // logprobs: chat says whether (with top_logprobs alternatives), completions how many
+  // alternatives (with echo, the prompt's too).
+  if (chat) {
+    if (bool_field(body, "logprobs")) out.generation.logprobs = int_field(body, "top_logprobs", 0, 20, 0);
+    if (present(body, "top_logprobs") && out.generation.logprobs < 0) {
+      throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    }
+  } else {
+    out.generation.logprobs = int_field(body, "logprobs", 0, 20, -1);
+    out.generation.prompt_logprobs = out.echo && out.generation.logprobs >= 0;
+  }
 
   if (chat) {
     if (!present(body, "messages") || !body.at("messages").is_array() || body.at("messages").empty()) {
@@ -159,19 +255,19 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
     return out;
   }
   if (!present(body, "prompt")) throw invalid_request("'prompt' is required", "prompt");
+  // A string, a list of token ids, or a list of several of those (a batch: n choices each).
   const json& prompt = body.at("prompt");
-  const json* single = &prompt;
-  if (prompt.is_array() && !prompt.empty() && (prompt.at(0).is_string() || prompt.at(0).is_array())) {
-    if (prompt.size() != 1) throw invalid_request("only one prompt per request is supported", "prompt");
-    single = &prompt.at(0);
-  }
-  if (single->is_string()) {
-    out.prompt_text = single->get<std::string>();
-  } else if (single->is_array() && !single->empty()) {
-    for (const auto& id : *single) out.generation.prompt.push_back(token_id(id, "prompt"));
-    out.prompt_is_tokens = true;
-  } else {
-    throw invalid_request("'prompt' must be a string, a list of token ids, or a list holding one of those", "prompt");
+  const bool batch = prompt.is_array() && !prompt.empty() && (prompt.at(0).is_string() || prompt.at(0).is_array());
+  for (const json& one : batch ? prompt : json::array({prompt})) {
+    if (one.is_string()) {
+      out.prompts.push_back({one.get<std::string>(), {}, false});
+    } else if (one.is_array() && !one.empty()) {
+      PromptInput tokens{"", {}, true};
+      for (const auto& id : one) tokens.tokens.push_back(token_id(id, "prompt"));
+      out.prompts.push_back(std::move(tokens));
+    } else {
+      throw invalid_request("'prompt' must be a string, a list of token ids, or a list of those", "prompt");
+    }
   }
   return out;
 }

@@ -1,6 +1,9 @@
 // Reading OpenAI-style request bodies (/v1/completions, /v1/chat/completions) into a
 // GenerationRequest, with every field's type and range checked: a bad field is an ApiError
-// naming it, answered as an OpenAI error object.
+// naming it, answered as an OpenAI error object. A field this server does not implement
+// (tools, response_format, suffix, ...) or does not know is refused (400, code
+// unsupported_parameter) rather than ignored: a client relying on it would get a different
+// answer than it asked for. null counts as absent.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,22 +28,32 @@ struct ApiError : std::runtime_error {
 };
 
 ApiError invalid_request(const std::string& message, const std::string& param = "");
+ApiError unsupported_parameter(const std::string& message, const std::string& param);
+
+// One prompt of a completions request: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int> tokens;
+  bool is_tokens = false;
+};
 
 // The parts of a request the HTTP layer uses besides the GenerationRequest.
 struct ParsedRequest {
-  GenerationRequest generation;        // prompt not yet tokenized for text prompts
+  GenerationRequest generation;        // everything but the prompt, which the HTTP layer tokenizes
   std::optional<std::string> model;
-  std::string prompt_text;             // completions with a text prompt
-  bool prompt_is_tokens = false;       // completions with token ids
+  std::vector<PromptInput> prompts;    // completions: one or several (a batch)
   std::vector<ChatMessage> messages;   // chat
   bool stream = false;
   bool include_usage = false;
   bool max_tokens_given = false;
+  bool echo = false;                   // completions: the prompt's text (and logprobs) first
+  int n = 1;                           // choices
 };
 
-// Throws ApiError (400) on a body that is not a JSON object, or a field of the wrong type or
-// out of range; `chat` selects the chat completions fields.
-ParsedRequest parse_request(const std::string& body, bool chat, int context);
+// Throws ApiError (400) on a body that is not a JSON object, a field of the wrong type or out
+// of range, or one not supported; `chat` selects the chat completions fields; `vocab` bounds
+// logit_bias's token ids.
+ParsedRequest parse_request(const std::string& body, bool chat, int context, int vocab);
 
 // Whether an Authorization header value is "Bearer <key>": the scheme in any case (RFC 6750
 // through RFC 7235), one or more spaces, then the key compared in constant time.

@@ -21,10 +21,18 @@ struct GenerationRequest {
   // Token counts at which the prompt's prefix is worth keeping for reuse (e.g. where each chat
   // message ends); the prompt's own end is always considered.
   std::vector<size_t> prefix_marks;
-  int max_tokens = 16;  // >= 1; the scheduler clamps it to the context left
+  // >= 0; the scheduler clamps it to the context left. 0 (with prompt_logprobs: scoring a
+  // prompt) computes the prompt and finishes with "length".
+  int max_tokens = 16;
   engine::SamplerOptions sampling;
   std::vector<std::string> stop;  // generation ends before any of these strings (not returned)
   bool ignore_eos = false;        // benchmarks: generate max_tokens whatever the model says
+  // Log-probabilities (of the model's distribution, before bias, penalties and temperature):
+  // -1 none; else each generated token's, with this many most likely alternatives.
+  int logprobs = -1;
+  // Also every prompt token's after the first (needs the logits at every prompt position, so
+  // the prompt is computed whole, never restored from a stored prefix). Needs logprobs >= 0.
+  bool prompt_logprobs = false;
 };
 
 struct Usage {
@@ -35,12 +43,16 @@ struct Usage {
 };
 
 struct StreamEvent {
-  enum class Kind { text, finished, failed };
+  // prompt: once, before any text, with prompt_logprobs (logprobs of prompt tokens 1..n-1).
+  enum class Kind { text, finished, failed, prompt };
   Kind kind = Kind::text;
   std::string text;           // Kind::text: the next piece of generated text (whole UTF-8 characters)
   std::string finish_reason;  // Kind::finished: "stop" or "length"
   Usage usage;                // Kind::finished
   std::string error;          // Kind::failed
+  // Kind::text with logprobs: the tokens sampled since the last event (their text may be held
+  // back for later events, or dropped at a stop string); Kind::prompt: the prompt's.
+  std::vector<engine::TokenLogprob> logprobs{};
 };
 
 // One request in flight: the scheduler pushes events, the HTTP side pops them, either blocking

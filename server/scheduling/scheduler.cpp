@@ -29,6 +29,7 @@ struct Scheduler::Sequence {
   // the shared store: queued when the sequence ends (the next turn of a chat starts with them).
   std::optional<SharedPrefixes::Encoded> answer_prefix;
   std::vector<int> generated;       // sampled tokens (the last one not yet fed)
+  std::vector<engine::TokenLogprob> prompt_logprobs;  // with request.prompt_logprobs, during prefill
   std::optional<engine::Sampler> sampler;
   std::optional<TextStream> text;
   std::vector<size_t> snapshot_at;  // page-aligned prompt positions to keep, ascending
@@ -105,7 +106,7 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
     say(fmt::format("the prompt has {} tokens; the context holds {} (prompt and at least one generated token)", n, ctx_));
     return Admission::too_large;
   }
-  request.max_tokens = std::max(1, std::min(request.max_tokens, ctx_ - static_cast<int>(n)));
+  request.max_tokens = std::max(0, std::min(request.max_tokens, ctx_ - static_cast<int>(n)));
   const size_t need = footprint_.reservation(n + static_cast<size_t>(request.max_tokens));
   if (need > options_.kv_budget) {
     say(fmt::format("the request needs {} bytes of KV cache ({} prompt + {} generated tokens), more than the "
@@ -116,7 +117,7 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
   // The shared store's longest prefix, fetched here so the engine loop never waits on the
   // network (at most a few round trips, each bounded by the store's timeout).
   SharedPrefixes::Lookup stored;
-  if (shared_) stored = shared_->lookup(request.prompt, n - 1);
+  if (shared_ && !request.prompt_logprobs) stored = shared_->lookup(request.prompt, n - 1);
   {
     std::lock_guard lock(mutex_);
     if (draining_) {
@@ -217,6 +218,7 @@ void Scheduler::admit() {
       metrics_.waiting = waiting_.size();
       if (waiting_.empty() || running_.size() >= static_cast<size_t>(options_.parallel)) return;
       const auto& request = waiting_.front().request;
+      if (computing(request.prompt) && !request.prompt_logprobs) return;
       const size_t need = footprint_.reservation(request.prompt.size() + static_cast<size_t>(request.max_tokens));
       while (reserved_ + impl_->prefixes.bytes() + need > options_.kv_budget && impl_->prefixes.size() > 0) {
         impl_->prefixes.evict_one();
@@ -236,8 +238,10 @@ void Scheduler::admit() {
     reserved_ += seq->reservation;
     // The longest stored prefix, leaving at least one prompt token to compute (its logits start
     // the generation): the in-process one, or the shared store's when that is longer.
-    const PrefixCache::Entry* hit =
-        options_.prefix_cache ? impl_->prefixes.lookup(prompt, prompt.size() - 1) : nullptr;
+    // (None for a request that scores its prompt: that needs the logits at every position.)
+    const PrefixCache::Entry* hit = options_.prefix_cache && !seq->request.prompt_logprobs
+                                        ? impl_->prefixes.lookup(prompt, prompt.size() - 1)
+                                        : nullptr;
     const bool from_store =
         next.stored.cache.has_value() && next.stored.tokens > (hit != nullptr ? hit->tokens.size() : 0);
     if (from_store) {
@@ -316,7 +320,7 @@ bool Scheduler::step() {
       if (any_chunk && rows + (end - seq->fed) > options_.step_tokens) break;
       any_chunk = true;
       entries.push_back({std::span<const int>(prompt).subspan(seq->fed, end - seq->fed), seq->layers,
-                         end == prompt.size()});
+                         end == prompt.size(), seq->request.prompt_logprobs});
       owner.push_back(seq.get());
       rows += end - seq->fed;
       seq->fed = end;
@@ -332,17 +336,23 @@ bool Scheduler::step() {
   size_t generated = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
     Sequence& seq = *owner[e];
+    if (entries[e].all_logits) score_prompt_chunk(seq, entries[e].tokens, impl_->forward.all_logits(e));
     if (!entries[e].want_logits || seq.done) continue;
-    const int token = seq.sampler->sample(impl_->forward.logits(e));
-    seq.generated.push_back(token);
-    ++generated;
-    if (!seq.request.ignore_eos && tokenizer_.is_end_of_generation(token)) {
-      finish(seq, "stop");
+    if (seq.request.max_tokens == 0) {  // scoring the prompt only
+      finish(seq, "length");
       continue;
     }
-    std::string piece = seq.text->add(token);
-    if (!piece.empty()) seq.handle->push({StreamEvent::Kind::text, std::move(piece), "", {}, ""});
-    if (seq.text->stopped()) {
+    const std::span<const float> logits = impl_->forward.logits(e);
+    const int token = seq.sampler->sample(logits);
+    seq.generated.push_back(token);
+    ++generated;
+    // An end-of-generation token adds no text, but is a generated token with a log-probability
+    // (a scorer that drops the last token, as lm-evaluation-harness does, relies on it).
+    const bool end = !seq.request.ignore_eos && tokenizer_.is_end_of_generation(token);
+    StreamEvent piece{StreamEvent::Kind::text, end ? "" : seq.text->add(token), "", {}, "", {}};
+    if (seq.request.logprobs >= 0) piece.logprobs.push_back(engine::token_logprob(logits, token, seq.request.logprobs));
+    if (!piece.text.empty() || !piece.logprobs.empty()) seq.handle->push(std::move(piece));
+    if (end || seq.text->stopped()) {
       finish(seq, "stop");
     } else if (static_cast<int>(seq.generated.size()) >= seq.request.max_tokens ||
                seq.request.prompt.size() + seq.generated.size() >= static_cast<size_t>(ctx_)) {
@@ -365,6 +375,29 @@ bool Scheduler::step() {
   for (size_t e = 0; e < entries.size(); ++e) sequences += (e == 0 || owner[e] != owner[e - 1]) ? 1 : 0;
   metrics_.last_batch_sequences = sequences;
   return true;
+}
+
+bool Scheduler::computing(const std::vector<int>& prompt) const {
+  // Only a prompt past one page has a prefix worth waiting for.
+  if (!options_.prefix_cache || prompt.size() <= options_.page_tokens) return false;
+  return std::any_of(running_.begin(), running_.end(),
+                     [&](const auto& seq) { return seq->prefilling() && seq->request.prompt == prompt; });
+}
+
+void Scheduler::score_prompt_chunk(Sequence& seq, std::span<const int> chunk, std::span<const float> logits) {
+  const auto& prompt = seq.request.prompt;
+  const size_t start = static_cast<size_t>(chunk.data() - prompt.data());
+  const size_t vocab = logits.size() / chunk.size();
+  // Row i follows prompt token start + i and predicts the next one (the last row of the prompt
+  // predicts the first generated token, reported with it).
+  for (size_t i = 0; i < chunk.size() && start + i + 1 < prompt.size(); ++i) {
+    seq.prompt_logprobs.push_back(
+        engine::token_logprob(logits.subspan(i * vocab, vocab), prompt[start + i + 1], seq.request.logprobs));
+  }
+  if (start + chunk.size() == prompt.size()) {
+    StreamEvent ev{StreamEvent::Kind::prompt, "", "", {}, "", std::move(seq.prompt_logprobs)};
+    seq.handle->push(std::move(ev));
+  }
 }
 
 void Scheduler::take_prefix_snapshots(Sequence& seq) {

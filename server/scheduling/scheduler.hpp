@@ -7,12 +7,16 @@
 //      request's reservation (KvFootprint for prompt + max_tokens tokens) fits in the budget
 //      left by the running sequences' reservations and the prefix cache (whose least recently
 //      used entries are evicted to make room); an admitted request first restores the longest
-//      stored prefix of its prompt;
+//      stored prefix of its prompt; a request whose prompt a running sequence is computing
+//      (n choices of one request, or the same prompt sent twice) waits until that one has
+//      stored it, so the prompt is computed once;
 //   3. builds one batch: one token of every decoding sequence, then prompt chunks of the
 //      prefilling ones, up to `step_tokens` rows; runs it through BatchForward (each weight
 //      matrix read once for the whole batch);
 //   4. samples each sequence that produced logits, streams its text, finishes it on an
-//      end-of-generation token, a stop string, max_tokens or the context's end.
+//      end-of-generation token, a stop string, max_tokens or the context's end. A request
+//      scoring its prompt (prompt_logprobs) runs its chunks with every row's logits and gets
+//      each prompt token's log-probability; it never restores a stored prefix.
 // With a shared prefix store (SchedulerOptions::prefix_store), submit() -- on the caller's HTTP
 // thread, never the engine loop -- looks up the longest prefix of the prompt another replica
 // stored, and admission takes whichever of that and the in-process prefix is longer; the
@@ -34,6 +38,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,6 +122,10 @@ class Scheduler {
   void finish(Sequence& seq, const std::string& reason);
   void fail(Sequence& seq, const std::string& error);
   void release(size_t index);
+  // A running sequence is computing `prompt` now (and will store its page-aligned prefix).
+  bool computing(const std::vector<int>& prompt) const;
+  // Logprobs of the prompt tokens a chunk's logits predict; the prompt event after the last chunk.
+  void score_prompt_chunk(Sequence& seq, std::span<const int> chunk, std::span<const float> logits);
   void take_prefix_snapshots(Sequence& seq);
   void keep_answer_prefix(Sequence& seq);
   void update_gauges();

@@ -174,12 +174,147 @@ test('a repeated prompt reuses its prefix and answers the same', async () => {
 
 test('API errors surface in the client with the right status', async () => {
   await assert.rejects(greedy('x', { model: 'gpt-4o' }), (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
-  await assert.rejects(greedy('x', { n: 2 }), (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
+  await assert.rejects(greedy('x', { n: 0 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
   await assert.rejects(greedy('x', { max_tokens: -5 }), (e) => e.status === 400 && /max_tokens/.test(e.message));
   await assert.rejects(greedy('x', { temperature: 'hot' }), (e) => e.status === 400);
   await assert.rejects(greedy('x'.repeat(4000)), (e) => e.status === 400 && /context/.test(e.message));
   const wrong = new OpenAI({ baseURL: `${main.url}/v1`, apiKey: 'nope', maxRetries: 0 });
   await assert.rejects(wrong.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+});
+
+test('fields the server does not implement, or does not know, are refused by name', async () => {
+  const post = (path, body) => fetch(`${main.url}${path}`, {
+    method: 'POST', body: JSON.stringify(body),
+    headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' },
+    signal: AbortSignal.timeout(10000),
+  });
+  const messages = [{ role: 'user', content: 'Who made the light?' }];
+  const refused = [
+    ['/v1/chat/completions', { messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
+    ['/v1/chat/completions', { messages, tool_choice: 'auto' }, 'tool_choice'],
+    ['/v1/chat/completions', { messages, functions: [{ name: 'f' }] }, 'functions'],
+    ['/v1/chat/completions', { messages, response_format: { type: 'json_object' } }, 'response_format'],
+    ['/v1/chat/completions', { messages, frobnicate: 1 }, 'frobnicate'],
+    ['/v1/completions', { prompt: 'x', suffix: 'amen' }, 'suffix'],
+    ['/v1/completions', { prompt: 'x', best_of: 3 }, 'best_of'],
+    ['/v1/completions', { prompt: 'x', top_k: 40 }, 'top_k'],
+  ];
+  for (const [path, body, param] of refused) {
+    const r = await post(path, body);
+    assert.equal(r.status, 400, param);
+    const j = await r.json();
+    assert.equal(j.error.code, 'unsupported_parameter', JSON.stringify(j));
+    assert.equal(j.error.param, param);
+  }
+  // Through the client: the same 400, as a BadRequestError.
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages, tools: [{ type: 'function', function: { name: 'f' } }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' && e.code === 'unsupported_parameter');
+  // Accepted: user (no effect), the extension ignore_eos, null for an unimplemented field.
+  const ok = await post('/v1/completions', { prompt: 'x', max_tokens: 2, user: 'u', ignore_eos: true, suffix: null });
+  assert.equal(ok.status, 200);
+});
+
+test('chat logprobs, streamed and not, name the tokens of the answer', async () => {
+  const messages = [{ role: 'user', content: 'And God said' }];
+  const r = await client.chat.completions.create({
+    model: MODEL, messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 3, ignore_eos: true,
+  });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 12);
+  assert.equal(content.map((t) => t.token).join(''), r.choices[0].message.content);
+  for (const t of content) {
+    assert.ok(t.logprob <= 0);
+    assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+    assert.equal(t.top_logprobs.length, 3);
+    // Greedy: the chosen token is the most likely one.
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.equal(t.top_logprobs[0].logprob, t.logprob);
+    assert.ok(t.top_logprobs[1].logprob <= t.top_logprobs[0].logprob);
+  }
+  const stream = await client.chat.completions.create({
+    model: MODEL, messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 3, ignore_eos: true, stream: true,
+  });
+  const streamed = [];
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+});
+
+test('completion logprobs and echo, streamed and not; n choices', async () => {
+  const prompt = 'In the beginning God created';
+  const r = await greedy(prompt, { max_tokens: 6, logprobs: 2, echo: true });
+  const c = r.choices[0];
+  assert.ok(c.text.startsWith(prompt), c.text);
+  const lp = c.logprobs;
+  assert.equal(lp.tokens.length, r.usage.prompt_tokens + 6);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.equal(lp.tokens.join(''), c.text);
+  for (let i = 1; i < lp.tokens.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    assert.equal(Object.keys(lp.top_logprobs[i]).length <= 2, true);
+    assert.equal(lp.text_offset[i], lp.tokens.slice(0, i).join('').length);  // ASCII text: bytes = characters
+  }
+  // Scoring only (max_tokens 0, lm-evaluation-harness's loglikelihood request).
+  const scored = await greedy(prompt, { max_tokens: 0, logprobs: 1, echo: true });
+  assert.equal(scored.choices[0].text, prompt);
+  assert.equal(scored.usage.completion_tokens, 0);
+  assert.deepEqual(scored.choices[0].logprobs.token_logprobs, lp.token_logprobs.slice(0, r.usage.prompt_tokens));
+  // Streamed: the same tokens and numbers, chunk by chunk.
+  const stream = await client.completions.create({
+    model: MODEL, prompt, max_tokens: 6, temperature: 0, logprobs: 2, echo: true, stream: true,
+  });
+  let text = '';
+  const tokens = [];
+  const values = [];
+  for await (const chunk of stream) {
+    for (const ch of chunk.choices) {
+      text += ch.text;
+      if (ch.logprobs) {
+        tokens.push(...ch.logprobs.tokens);
+        values.push(...ch.logprobs.token_logprobs);
+      }
+    }
+  }
+  assert.equal(text, c.text);
+  assert.deepEqual(tokens, lp.tokens);
+  assert.deepEqual(values, lp.token_logprobs);
+  // n: 3 sampled choices (seeds seed, seed + 1, seed + 2): indices 0..2, usage adds their tokens.
+  const many = await client.completions.create({ model: MODEL, prompt, max_tokens: 16, temperature: 1, seed: 7, n: 3, ignore_eos: true });
+  assert.deepEqual(many.choices.map((x) => x.index), [0, 1, 2]);
+  assert.equal(many.usage.completion_tokens, 48);
+  assert.ok(new Set(many.choices.map((x) => x.text)).size > 1, 'the choices are sampled differently');
+  const again = await client.completions.create({ model: MODEL, prompt, max_tokens: 16, temperature: 1, seed: 7, n: 3, ignore_eos: true });
+  assert.deepEqual(again.choices.map((x) => x.text), many.choices.map((x) => x.text));
+  // A batch of prompts, n each: choices prompt-major (index = prompt * n + choice), each prompt's
+  // tokens counted once.
+  const pair = ['In the beginning', 'And God said'];
+  const solos = await Promise.all(pair.map((p) => greedy(p, { max_tokens: 8 })));
+  const batch = await greedy(pair, { max_tokens: 8, n: 2 });
+  assert.deepEqual(batch.choices.map((x) => x.index), [0, 1, 2, 3]);
+  assert.deepEqual(batch.choices.map((x) => x.text), [0, 0, 1, 1].map((i) => solos[i].choices[0].text));
+  assert.equal(batch.usage.prompt_tokens, solos[0].usage.prompt_tokens + solos[1].usage.prompt_tokens);
+  assert.equal(batch.usage.completion_tokens, 32);
+  // Streamed, each choice's chunks carry its index and add up to its text.
+  const manyStream = await client.completions.create({
+    model: MODEL, prompt, max_tokens: 16, temperature: 1, seed: 7, n: 3, ignore_eos: true, stream: true,
+  });
+  const texts = ['', '', ''];
+  const finished = [];
+  for await (const chunk of manyStream) {
+    for (const ch of chunk.choices) {
+      texts[ch.index] += ch.text;
+      if (ch.finish_reason) finished.push(ch.index);
+    }
+  }
+  assert.deepEqual(texts, many.choices.map((x) => x.text));
+  assert.deepEqual(finished.sort(), [0, 1, 2]);
+  // A bias and the penalties reach the sampler: +100 on one token (id 300 of the 512) makes it
+  // every token; penalties move greedy text off its repeats.
+  const biased = await greedy(prompt, { max_tokens: 5, logprobs: 0, logit_bias: { 300: 100 }, ignore_eos: true });
+  assert.equal(new Set(biased.choices[0].logprobs.tokens).size, 1);
+  const plain = await greedy(prompt, { max_tokens: 24, ignore_eos: true });
+  const penalized = await greedy(prompt, { max_tokens: 24, frequency_penalty: 2, presence_penalty: 0.5, ignore_eos: true });
+  assert.notEqual(penalized.choices[0].text, plain.choices[0].text);
 });
 
 test('malformed requests get OpenAI error objects (raw HTTP)', async () => {

@@ -3,6 +3,7 @@
 // the step (batch invariance), on the kjv model (head_dim 64) with fp16 and TurboQuant caches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -261,6 +262,47 @@ TEST(BatchForward, DecodeRowEqualsForwardStep) {
     const BatchEntry entry{std::span<const int>(&t, 1), lb, true};
     batch.run(std::span<const BatchEntry>(&entry, 1));
     ASSERT_TRUE(same_bits(want, batch.logits(0))) << "token " << t;
+  }
+}
+
+// all_logits (the server scoring a prompt): every row of a chunk has logits; the last row is bit
+// for bit what want_logits alone gives, whatever else is in the step, and every row is the
+// logits Forward's teacher-forced prefill gives at that position (Forward multiplies a chunk in
+// float, so within float tolerance).
+TEST(BatchForward, AllLogitsGivesEveryRowOfAChunk) {
+  const Kjv kjv;
+  ThreadPool pool(2);
+  BatchForward batch(kjv.model, pool);
+  Forward single(kjv.model, pool, 16);
+  const std::vector<int> prompt = {1, 400, 21, 33, 87, 5, 19, 200, 7, 7, 90, 300, 12, 40, 41, 42, 43, 44, 45, 46};
+  const std::vector<int> other = {1, 55, 66, 77};
+  const size_t vocab = static_cast<size_t>(kjv.model.config.vocab_size);
+  for (const std::string spec : {"dense:page_tokens=16", "turboquant:bits=4,window=32,sinks=1,page_tokens=16"}) {
+    SCOPED_TRACE(spec);
+    PromptCache ref = kjv.cache(spec), all = kjv.cache(spec), last = kjv.cache(spec), o = kjv.cache(spec);
+    auto lref = layers(ref), lall = layers(all), llast = layers(last), lo = layers(o);
+    std::vector<float> want(prompt.size() * vocab);
+    single.run_all_logits(prompt, lref, want);
+    // The prompt in two chunks (16 + 4) as the server cuts it; the other sequence shares the steps.
+    std::vector<float> got;
+    for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 16}, {16, prompt.size()}}) {
+      const auto chunk = std::span<const int>(prompt).subspan(begin, end - begin);
+      const std::vector<BatchEntry> entries = {{std::span<const int>(other).subspan(0, 2), lo, true},
+                                               {chunk, lall, false, true}};
+      batch.run(entries);
+      const auto rows = batch.all_logits(1);
+      ASSERT_EQ(rows.size(), chunk.size() * vocab);
+      EXPECT_TRUE(same_bits(batch.logits(1), rows.subspan(rows.size() - vocab)));
+      got.insert(got.end(), rows.begin(), rows.end());
+      const BatchEntry alone{chunk, llast, true};
+      batch.run(std::span<const BatchEntry>(&alone, 1));
+      EXPECT_TRUE(same_bits(batch.logits(0), rows.subspan(rows.size() - vocab)));
+      EXPECT_EQ(batch.all_logits(0).size(), vocab);  // want_logits alone keeps the last row only
+    }
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+    EXPECT_LT(worst, 5e-4);  // measured: 5.5e-5 dense, 5e-6 TurboQuant
   }
 }
 

@@ -253,7 +253,7 @@ TEST(ServerApi, AbsurdMaxTokensAreReportedAsSent) {
   for (const std::string value : {"9223372036854775808", "18446744073709551615", "18446744073709551616",
                                   "100000000000000000000000000000"}) {
     try {
-      parse_request(R"({"prompt": "x", "max_tokens": )" + value + "}", false, 256);
+      parse_request(R"({"prompt": "x", "max_tokens": )" + value + "}", false, 256, 512);
       ADD_FAILURE() << value << " accepted";
     } catch (const ApiError& e) {
       const std::string what = e.what();
@@ -264,23 +264,23 @@ TEST(ServerApi, AbsurdMaxTokensAreReportedAsSent) {
     }
   }
   try {
-    parse_request(R"({"prompt": "x", "max_tokens": 9223372036854775808})", false, 256);
+    parse_request(R"({"prompt": "x", "max_tokens": 9223372036854775808})", false, 256, 512);
   } catch (const ApiError& e) {
     EXPECT_NE(std::string(e.what()).find("9223372036854775808"), std::string::npos) << e.what();
   }
   for (const char* body : {R"({"prompt": "x", "max_tokens": 0})", R"({"prompt": "x", "max_tokens": -5})",
                            R"({"prompt": "x", "max_tokens": 257})", R"({"prompt": "x", "max_tokens": 2.5})"}) {
-    EXPECT_THROW(parse_request(body, false, 256), ApiError) << body;
+    EXPECT_THROW(parse_request(body, false, 256, 512), ApiError) << body;
   }
-  EXPECT_EQ(parse_request(R"({"prompt": "x", "max_tokens": 256})", false, 256).generation.max_tokens, 256);
+  EXPECT_EQ(parse_request(R"({"prompt": "x", "max_tokens": 256})", false, 256, 512).generation.max_tokens, 256);
   // Token ids too.
   try {
-    parse_request(R"({"prompt": [1, 9223372036854775808]})", false, 256);
+    parse_request(R"({"prompt": [1, 9223372036854775808]})", false, 256, 512);
     ADD_FAILURE() << "token id 2^63 accepted";
   } catch (const ApiError& e) {
     EXPECT_NE(std::string(e.what()).find("token id 9223372036854775808"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(parse_request(R"({"prompt": [1, 2147483647]})", false, 256).generation.prompt.back(), 2147483647);
+  EXPECT_EQ(parse_request(R"({"prompt": [1, 2147483647]})", false, 256, 512).prompts[0].tokens.back(), 2147483647);
 }
 
 }  // namespace

@@ -1,17 +1,24 @@
 // The server's scheduler without HTTP, on the kjv model: admission under the KV budget,
 // queueing and rejection, cancellation, reservations back to zero, prefix reuse answering
-// exactly as recomputation, batch-invariant outputs; and the pieces under it (KvFootprint's
-// bound, TextStream's stop strings and UTF-8 hold-back, byte sizes).
+// exactly as recomputation, batch-invariant outputs; log-probabilities of the prompt (teacher
+// forced, as the engine's evaluation computes them) and of generated tokens; logit_bias and
+// the penalties in the scheduler's sampling; and the pieces under it (KvFootprint's bound,
+// TextStream's stop strings and UTF-8 hold-back, byte sizes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/eval/evaluate.hpp"
 #include "engine/model/model.hpp"
+#include "engine/runtime/forward.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/http/api_server.hpp"
 #include "server/scheduling/kv_budget.hpp"
@@ -50,6 +57,8 @@ struct Result {
   std::string finish;
   Usage usage;
   std::string error;
+  std::vector<engine::TokenLogprob> prompt_logprobs, logprobs;
+  int prompt_events = 0;
 };
 
 Result wait(RequestHandle& h) {
@@ -60,7 +69,15 @@ Result wait(RequestHandle& h) {
       r.error = "timeout";
       return r;
     }
-    if (ev.kind == StreamEvent::Kind::text) r.text += ev.text;
+    if (ev.kind == StreamEvent::Kind::text) {
+      r.text += ev.text;
+      r.logprobs.insert(r.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    }
+    if (ev.kind == StreamEvent::Kind::prompt) {
+      ++r.prompt_events;
+      EXPECT_TRUE(r.text.empty() && r.logprobs.empty()) << "the prompt's logprobs come first";
+      r.prompt_logprobs = ev.logprobs;
+    }
     if (ev.kind == StreamEvent::Kind::finished) {
       r.finish = ev.finish_reason;
       r.usage = ev.usage;
@@ -245,6 +262,143 @@ TEST(ServerScheduler, PrefixReuseAnswersExactlyAsRecomputation) {
     EXPECT_EQ(again.usage.cached_tokens, (first.prompt.size() - 1) / 16 * 16);
     EXPECT_EQ(again.text, r1.text);
   }
+}
+
+// A prompt scored with max_tokens 0 (lm-evaluation-harness's loglikelihood): every token after
+// the first gets log softmax of the logits before it, as the engine's teacher-forced evaluation
+// (Forward::run_all_logits over the same cache configuration and page cuts, token_nll) computes
+// it; nothing is generated; a repeat is computed again (the logits of every position are needed,
+// so no stored prefix is restored) and gives the same bits.
+TEST(ServerScheduler, PromptLogprobsAreTheTeacherForcedOnes) {
+  const std::string prompt_text =
+      "And God said, Let there be light: and there was light. And God saw the light, that it was good";
+  for (const std::string cache : {"dense", "turboquant:bits=4,window=32,sinks=1"}) {
+    SCOPED_TRACE(cache);
+    Scheduler s(kjv().model, *kjv().tok, options(cache, 64 << 20));
+    GenerationRequest g = greedy(prompt_text, 0);
+    g.logprobs = 2;
+    g.prompt_logprobs = true;
+    const std::vector<int> prompt = g.prompt;
+    ASSERT_GT(prompt.size(), 40u);  // three chunks of 16
+    const Result first = wait(*submit(s, g));
+    const Result again = wait(*submit(s, g));
+    ASSERT_EQ(first.error, "");
+    EXPECT_EQ(first.finish, "length");
+    EXPECT_EQ(first.text, "");
+    EXPECT_EQ(first.usage.completion_tokens, 0u);
+    EXPECT_EQ(first.prompt_events, 1);
+    EXPECT_EQ(again.usage.cached_tokens, 0u);
+    ASSERT_EQ(first.prompt_logprobs.size(), prompt.size() - 1);
+    ASSERT_EQ(again.prompt_logprobs.size(), prompt.size() - 1);
+
+    ThreadPool pool(2);
+    engine::Forward forward(kjv().model, pool, 16);
+    const auto& c = kjv().model.config;
+    PromptCache ref = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim,
+                                        parse_cache_config(cache + (cache == "dense" ? ":" : ",") + "page_tokens=16"));
+    std::vector<KVCache*> layers;
+    for (size_t l = 0; l < ref.n_layers(); ++l) layers.push_back(&ref.layer(l));
+    const size_t vocab = static_cast<size_t>(c.vocab_size);
+    std::vector<float> logits(prompt.size() * vocab);
+    forward.run_all_logits(prompt, layers, logits);
+    double worst = 0;
+    for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+      const engine::TokenLogprob& lp = first.prompt_logprobs[i];
+      const std::span<const float> row(logits.data() + i * vocab, vocab);
+      EXPECT_EQ(lp.token, prompt[i + 1]);
+      worst = std::max(worst, std::abs(lp.logprob + engine::token_nll(row, prompt[i + 1])));
+      ASSERT_EQ(lp.top.size(), 2u);
+      EXPECT_EQ(lp.top[0].first, engine::argmax(row)) << "position " << i;
+      EXPECT_GE(lp.top[0].second, lp.top[1].second);
+      EXPECT_GE(lp.top[0].second, lp.logprob);
+      EXPECT_EQ(lp.logprob, again.prompt_logprobs[i].logprob) << "position " << i;
+    }
+    EXPECT_LT(worst, 2e-4);  // measured: 2.4e-5 dense, 1.6e-6 TurboQuant (Forward multiplies chunks in float)
+  }
+}
+
+// Greedy generation with logprobs: each generated token is the most likely one, reported with its
+// log-probability; logit_bias and the penalties reach the scheduler's sampler.
+TEST(ServerScheduler, GeneratedLogprobsBiasAndPenalties) {
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+  GenerationRequest g = greedy("In the beginning", 24);
+  g.logprobs = 1;
+  const Result plain = wait(*submit(s, g));
+  ASSERT_EQ(plain.logprobs.size(), 24u);
+  std::string text;
+  int prev = g.prompt.back();
+  std::map<int, int> count;
+  for (const auto& lp : plain.logprobs) {
+    ASSERT_EQ(lp.top.size(), 1u);
+    EXPECT_EQ(lp.token, lp.top[0].first);
+    EXPECT_EQ(lp.logprob, lp.top[0].second);
+    EXPECT_LT(lp.logprob, 0.0f);
+    text += kjv().tok->token_text(prev, lp.token);
+    prev = lp.token;
+    ++count[lp.token];
+  }
+  EXPECT_EQ(text, plain.text);
+
+  // A +100 bias makes one token the only choice.
+  const int forced = kjv().tok->encode(" light", false).back();
+  GenerationRequest biased = g;
+  biased.sampling.logit_bias = {{forced, 100.0f}};
+  for (const auto& lp : wait(*submit(s, biased)).logprobs) EXPECT_EQ(lp.token, forced);
+  // The end-of-generation token (forced the same way) has no text but its log-probability.
+  GenerationRequest ends = g;
+  ends.sampling.logit_bias = {{kjv().tok->eos_id(), 100.0f}};
+  const Result ended = wait(*submit(s, ends));
+  EXPECT_EQ(ended.finish, "stop");
+  EXPECT_EQ(ended.text, "");
+  EXPECT_EQ(ended.usage.completion_tokens, 1u);
+  ASSERT_EQ(ended.logprobs.size(), 1u);
+  EXPECT_EQ(ended.logprobs[0].token, kjv().tok->eos_id());
+
+  // A frequency penalty of 2 stops greedy decoding from repeating its most frequent token as often.
+  int most = 0;
+  for (const auto& [t, n] : count) most = std::max(most, n);
+  ASSERT_GE(most, 3) << "the unpenalized text repeats a token (the test needs one)";
+  GenerationRequest penalized = g;
+  penalized.sampling.frequency_penalty = 2.0f;
+  std::map<int, int> penalized_count;
+  for (const auto& lp : wait(*submit(s, penalized)).logprobs) ++penalized_count[lp.token];
+  int penalized_most = 0;
+  for (const auto& [t, n] : penalized_count) penalized_most = std::max(penalized_most, n);
+  EXPECT_LT(penalized_most, most);
+  EXPECT_GT(penalized_count.size(), count.size());
+  wait_idle(s);
+  EXPECT_EQ(s.metrics().kv_reserved, 0u);
+}
+
+// Requests for one prompt at once (an n-choice request): the first computes it, the others wait
+// for its stored prefix and compute only what follows it, and each answers as it would alone.
+TEST(ServerScheduler, OnePromptForManyChoicesIsComputedOnce) {
+  const std::string text = "And God said, Let there be light: and there was light. And God saw the light, that it was good";
+  GenerationRequest g = greedy(text, 12);
+  g.sampling.temperature = 1.0f;
+  const size_t n = g.prompt.size();
+  ASSERT_GT(n, 40u);
+  std::vector<std::string> solo;  // each choice alone, on a scheduler with nothing stored
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    Scheduler alone(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+    GenerationRequest one = g;
+    one.sampling.seed = seed;
+    solo.push_back(wait(*submit(alone, one)).text);
+  }
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    GenerationRequest one = g;
+    one.sampling.seed = seed;
+    handles.push_back(submit(s, one));
+  }
+  const size_t stored = (n - 1) / 16 * 16;  // the prompt's last page boundary before its end
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const Result r = wait(*handles[i]);
+    EXPECT_EQ(r.text, solo[i]) << "choice " << i;
+    EXPECT_EQ(r.usage.cached_tokens, i == 0 ? 0u : stored) << "choice " << i;
+  }
+  EXPECT_EQ(s.metrics().prompt_tokens_computed_total, n + 2 * (n - stored));
 }
 
 TEST(KvFootprint, ReservationBoundsWhatCachesAllocate) {
