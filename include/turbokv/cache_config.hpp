@@ -47,6 +47,36 @@ class NotApplicableError : public Error {
   using Error::Error;
 };
 
+// A KV-cache request as the front ends take it: `turbokv generate` / `serve` flags and the Python
+// binding's keyword arguments (kv_bits=..., cache=...). kv_request_config() is the one place that
+// turns it into a cache, so the same request builds the same cache from every front end.
+struct KvRequest {
+  std::optional<double> kv_bits, key_bits, value_bits;
+  std::string codec = "mse";  // key codec: mse or prod
+  // Unset: 32 with a TurboQuant cache. The newest tokens exact is the strongest single lever for
+  // quality (on kjv-llama-3M, 4-bit greedy text then follows the dense cache's instead of looping
+  // after a few tokens); it costs 32 * 2 * head_dim floats per kv head and layer, whatever the
+  // context length.
+  std::optional<size_t> window;
+  // Unset: 1 with a TurboQuant cache. Keeping the BOS token exact costs 2*head_dim floats per kv
+  // head and layer; at head_dim 8 (stories260K) its key norm is large enough that even 8-bit
+  // codes move its logit by ~1 and flip near-ties (see the issue 5 note in docs/benchmarks.md).
+  std::optional<size_t> sinks;
+  std::string cache;                 // any cache string (parse_cache_config); excludes the bits
+  std::optional<std::string> exact;  // storage of sinks and window: f16 or f32
+  // How attention multiplies TurboQuant codes (AttentionArithmetic): unset = int8 for the caches
+  // built from bits (measured within 2% of the exact path's KL on kjv, several times cheaper;
+  // docs/benchmarks.md), what the string says for `cache`.
+  std::optional<std::string> attention;
+};
+
+// The cache `request` asks for; without any bits: `default_bits` TurboQuant bits (serve), or the
+// dense fp16 cache when default_bits is empty (generate, Python). Bits 3.5 and 4 with a window
+// name the measured schemes (tq3.5 / tq4). The exact regions of a TurboQuant cache are stored as
+// `default_exact` unless `exact` (or the scheme) says otherwise. Throws turbokv::Error on a
+// contradictory combination.
+CacheConfig kv_request_config(const KvRequest& request, std::optional<double> default_bits, DenseDtype default_exact);
+
 struct KVConfigSpec {
   std::string name;         // as written
   std::string description;  // human-readable, e.g. "TurboQuant keys 3b mse, values 3b, window 64"

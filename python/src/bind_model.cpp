@@ -15,6 +15,7 @@
 #include "engine/runtime/sampler.hpp"
 #include "engine/runtime/session.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
+#include "turbokv/cache_config.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/thread_pool.hpp"
 
@@ -27,28 +28,17 @@ struct KvArgs {
   std::optional<std::string> cache;
 };
 
-// The cache `turbokv generate` builds for the same flags: dense fp16 without bits; with bits,
-// TurboQuant with BOS and the newest 32 tokens exact (float32) unless told otherwise.
+// The cache `turbokv generate` builds for the same flags: the same request through the same
+// function (kv_request_config), so kv_bits=4 is the tq4 scheme with int8 attention there and here.
 CacheConfig cache_config(const KvArgs& a) {
-  const bool any_bits = a.kv_bits || a.key_bits || a.value_bits;
-  if (a.cache) {
-    if (any_bits || a.kv_window || a.kv_sinks) throw Error("cache= takes its options in its string; drop kv_bits/kv_window/kv_sinks");
-    return parse_cache_config(*a.cache);
-  }
-  CacheConfig config;
-  if (!any_bits) {
-    if (a.kv_window || a.kv_sinks) throw Error("kv_window/kv_sinks need kv_bits (the dense cache keeps everything)");
-    return config;
-  }
-  if (a.kv_bits && (a.key_bits || a.value_bits)) throw Error("give either kv_bits or key_bits with value_bits");
-  if (!a.kv_bits && !(a.key_bits && a.value_bits)) throw Error("key_bits and value_bits go together");
-  config.kind = "turboquant";
-  config.tq.key_bits = a.kv_bits ? *a.kv_bits : *a.key_bits;
-  config.tq.value_bits = a.kv_bits ? *a.kv_bits : *a.value_bits;
-  config.tq.window = non_negative(a.kv_window.value_or(32), "kv_window");
-  config.tq.sinks = non_negative(a.kv_sinks.value_or(1), "kv_sinks");
-  config.tq.exact_dtype = DenseDtype::f32;
-  return config;
+  KvRequest request;
+  request.kv_bits = a.kv_bits;
+  request.key_bits = a.key_bits;
+  request.value_bits = a.value_bits;
+  if (a.kv_window) request.window = non_negative(*a.kv_window, "kv_window");
+  if (a.kv_sinks) request.sinks = non_negative(*a.kv_sinks, "kv_sinks");
+  if (a.cache) request.cache = *a.cache;
+  return kv_request_config(request, std::nullopt, DenseDtype::f32);  // as generate: no bits, dense fp16
 }
 
 // What the CLI prints for a piece: control bytes other than whitespace are dropped.

@@ -68,7 +68,7 @@ int run_generate(const GenerateArgs& a) {
   std::string cache_kind;
   std::vector<int> to_feed;
   if (!a.load_cache.empty()) {
-    if (a.kv->kv_bits || a.kv->key_bits || a.kv->value_bits || a.kv->kv_exact || !a.kv->cache_spec.empty()) {
+    if (a.kv->kv_bits || a.kv->key_bits || a.kv->value_bits || a.kv->exact || !a.kv->cache.empty()) {
       throw Error("--load-cache takes the cache (and its kind) from the file; drop --kv-bits/--cache");
     }
     session.emplace(engine::Session::load(model, a.load_cache, pool, a.chunk));
@@ -82,7 +82,7 @@ int run_generate(const GenerateArgs& a) {
     if (!a.prompt.empty()) to_feed.assign(prompt_ids.begin() + static_cast<long>(held.size()), prompt_ids.end());
     cache_kind = session->cache().layer(0).class_name() + " (loaded)";
   } else {
-    const CacheConfig config = kv_cache_config(*a.kv, std::nullopt, DenseDtype::f32);
+    const CacheConfig config = kv_request_config(*a.kv, std::nullopt, DenseDtype::f32);
     session.emplace(model, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config), pool, a.chunk);
     to_feed = prompt_ids;
     cache_kind = kv_cache_label(config);
