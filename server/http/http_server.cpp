@@ -114,7 +114,14 @@ struct Exchange {
   std::shared_ptr<Waker> waker;
   std::string out;  // stream bytes pulled, not yet sent
   size_t out_at = 0;
+  std::optional<HttpResponse> refusal;  // answered once the (dropped) body is in
 };
+
+// A declared body over the limit that the client is already sending (no Expect: 100-continue)
+// is read and dropped up to this many bytes before its 413: a server that closes on unread data
+// makes the kernel reset the connection, and clients that are still writing (fetch()) lose the
+// answer. Larger declared bodies get the 413 at once and the connection closed.
+constexpr size_t kDrainBeforeRefusal = 64 << 20;
 
 }  // namespace
 
@@ -220,11 +227,21 @@ struct HttpServer::Impl {
           &ex->request);
       *con_cls = new std::shared_ptr<Exchange>(ex);
       set_phase(ex->conn, Conn::Phase::receiving_body);
-      if (auto refused = check_head(ex->request)) return queue(*ex, *refused);
+      if (auto refused = check_head(ex->request)) {
+        if (refused->status == 413 && drain_first(ex->request)) {
+          ex->refusal = std::move(refused);
+          return MHD_YES;
+        }
+        return queue(*ex, *refused);
+      }
       return MHD_YES;
     }
     Exchange& ex = **holder;
     if (*upload_size > 0) {
+      if (ex.refusal) {  // dropped: bounded by the declared length (drain_first) and the body deadline
+        *upload_size = 0;
+        return MHD_YES;
+      }
       // Past the limit mid-body (chunked): no status can be sent before the body ends, and
       // reading it to the end is what a bomb wants, so the connection is closed.
       if (ex.answered || ex.request.body.size() + *upload_size > limits.max_body_bytes) return MHD_NO;
@@ -233,6 +250,7 @@ struct HttpServer::Impl {
       return MHD_YES;
     }
     if (ex.answered) return MHD_YES;
+    if (ex.refusal) return queue(ex, *ex.refusal);
     if (!ex.body_complete) {
       ex.body_complete = true;
       set_phase(ex.conn, Conn::Phase::answering);
@@ -290,6 +308,14 @@ struct HttpServer::Impl {
     ex->answered = true;
     if (on_status) on_status(reply.response.status);
     return ok;
+  }
+
+  // Whether a declared body over the limit is read (and dropped) before its 413, see
+  // kDrainBeforeRefusal; check_head has checked the length is a number.
+  static bool drain_first(const HttpRequest& req) {
+    if (strcasecmp(req.header("Expect").c_str(), "100-continue") == 0) return false;  // it waits: nothing to drain
+    const std::string length = req.header("Content-Length");
+    return length.size() <= 18 && std::stoull(length) <= kDrainBeforeRefusal;
   }
 
   // Cancels the answer if the client left or the server stops; true then.

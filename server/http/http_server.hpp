@@ -6,7 +6,8 @@
 //   - request line and headers: at most `max_header_bytes` (the connection's memory pool) and
 //     `max_headers` fields, received within `header_timeout` of the connection being ready for
 //     a request; else 431 or the connection is closed;
-//   - body: Content-Length above `max_body_bytes` -> 413 before any of it is read; a chunked body
+//   - body: Content-Length above `max_body_bytes` -> 413 (a body already on its way, up to 64 MiB,
+//     is read and dropped first, so the client can read the answer); a chunked body
 //     that grows past it -> the connection is closed once the limit is crossed (the status cannot
 //     be sent mid-upload); the whole body within `body_timeout`; Content-Encoding other than
 //     identity -> 415 (no decompression, so no inflation bombs); Content-Lengths that disagree, or

@@ -252,6 +252,28 @@ TEST_F(Http, DeclaredBodyOverTheLimitGets413BeforeItIsSent) {
   EXPECT_LT(seconds_since(t0), 1.0);
 }
 
+// A client that sends a declared body a little over the limit in one go (no Expect: 100-continue,
+// as fetch() does) must read its 413: closing on the unread body makes the kernel reset the
+// connection, and the reset can destroy the answer before the client reads it (CI saw node's
+// fetch fail so). Such a body is read and dropped first; 20 tries, each must see the 413.
+TEST_F(Http, DeclaredBodyALittleOverTheLimitIsDrainedAndAnswered413) {
+  start();
+  const std::string body(2 << 20, 'x');  // the limit here is 64 KiB
+  for (int i = 0; i < 20; ++i) {
+    const int fd = connect_to(port_);
+    ASSERT_GE(fd, 0);
+    // Like fetch(), which gives up on the answer when its body cannot be written: the whole body
+    // must go through.
+    const bool sent = send_all(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                                       "\r\n\r\n" + body);
+    const std::string r = read_responses(fd, 1, 2000ms);
+    close(fd);
+    ASSERT_TRUE(sent) << "try " << i << ": the connection was closed while the body was being sent";
+    ASSERT_EQ(status_of(r), 413) << "try " << i << ": " << r.substr(0, 80);
+  }
+  EXPECT_EQ(status_of(request(kGet)), 200);
+}
+
 // Finding 2: Content-Length -5 or 999...9 waited 30 s before an answer.
 TEST_F(Http, BadContentLengthsAreAnsweredAtOnce) {
   start();
