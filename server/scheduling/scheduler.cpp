@@ -9,6 +9,7 @@
 #include "engine/runtime/batch_forward.hpp"
 #include "engine/runtime/sampler.hpp"
 #include "server/prefix/prefix_cache.hpp"
+#include "server/scheduling/step_cost.hpp"
 #include "server/text/text_stream.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/thread_pool.hpp"
@@ -44,6 +45,15 @@ struct Scheduler::Impl {
   ThreadPool pool;
   engine::BatchForward forward;
   PrefixCache prefixes;
+  StepCost cost;
+};
+
+struct Scheduler::Batch {
+  std::vector<engine::BatchEntry> entries;
+  std::vector<Sequence*> owner;  // per entry
+  size_t decode_rows = 0, prompt_rows = 0;
+  size_t prompt_budget = 0;      // prompt rows the step may carry (its first chunk goes in regardless)
+  bool scoring = false;          // some chunk wants every row's logits
 };
 
 namespace {
@@ -70,13 +80,21 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
         }
         if (options.parallel < 1) throw Error(fmt::format("--parallel must be >= 1, got {}", options.parallel));
         if (options.max_queue < 0) throw Error(fmt::format("--max-queue must be >= 0, got {}", options.max_queue));
-        options.step_tokens = std::max(options.step_tokens, options.page_tokens);
+        if (options.chunk_tokens == 0) options.chunk_tokens = options.page_tokens;
+        if (options.page_tokens % options.chunk_tokens != 0) {
+          throw Error(fmt::format("--chunk-tokens {} does not divide the page size {}", options.chunk_tokens,
+                                  options.page_tokens));
+        }
+        if (!(options.max_step_ms >= 0) || options.max_step_ms > 1e6) {
+          throw Error(fmt::format("--max-step-ms must be in [0, 1e6], got {}", options.max_step_ms));
+        }
+        options.step_tokens = std::max(options.step_tokens, options.chunk_tokens);
         options.cache = with_pages(options.cache, options.page_tokens);
         return options;
       }()),
       ctx_(context_of(model, options_.ctx)),
       footprint_(options_.cache, model.config.n_layers, model.config.n_kv_heads, model.config.head_dim,
-                 static_cast<size_t>(ctx_), options_.page_tokens),
+                 static_cast<size_t>(ctx_), options_.chunk_tokens),
       impl_(std::make_unique<Impl>(model, options_.threads, options_.page_tokens)) {
   if (footprint_.reservation(options_.page_tokens + 1) > options_.kv_budget) {
     throw Error(fmt::format("--kv-budget {} bytes holds not even one sequence of {} tokens ({} bytes)",
@@ -300,38 +318,16 @@ bool Scheduler::step() {
     }
   }
   if (running_.empty()) return false;
-  std::vector<engine::BatchEntry> entries;
-  std::vector<Sequence*> owner;
-  size_t rows = 0;
-  for (auto& seq : running_) {
-    if (seq->prefilling()) continue;
-    entries.push_back({std::span<const int>(&seq->generated.back(), 1), seq->layers, true});
-    owner.push_back(seq.get());
-    ++rows;
-  }
-  // Prompt chunks, oldest request first, up to step_tokens rows; at least one chunk per step
-  // however many sequences decode, so prompts always advance.
-  const size_t page = options_.page_tokens;
-  bool any_chunk = false;
-  for (auto& seq : running_) {
-    while (seq->prefilling()) {
-      const auto& prompt = seq->request.prompt;
-      const size_t end = std::min(prompt.size(), (seq->fed / page + 1) * page);
-      if (any_chunk && rows + (end - seq->fed) > options_.step_tokens) break;
-      any_chunk = true;
-      entries.push_back({std::span<const int>(prompt).subspan(seq->fed, end - seq->fed), seq->layers,
-                         end == prompt.size(), seq->request.prompt_logprobs});
-      owner.push_back(seq.get());
-      rows += end - seq->fed;
-      seq->fed = end;
-      // A prefix to keep ends the sequence's part of this step: the cache holds exactly it then.
-      if (!seq->snapshot_at.empty() && seq->snapshot_at.front() == end) break;
-    }
-  }
+  Batch batch = build_batch();
+  auto& entries = batch.entries;
+  auto& owner = batch.owner;
   if (entries.empty()) return false;
   const auto t0 = std::chrono::steady_clock::now();
   impl_->forward.run(entries);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Rows that score a prompt also project every row onto the vocabulary: not the cost of a
+  // prompt row the budget plans with.
+  if (!batch.scoring) impl_->cost.observe(batch.decode_rows, batch.prompt_rows, seconds);
 
   size_t generated = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
@@ -370,11 +366,57 @@ bool Scheduler::step() {
   metrics_.generated_tokens_total += generated;
   ++metrics_.steps_total;
   metrics_.step_seconds_total += seconds;
-  metrics_.last_batch_rows = rows;
+  metrics_.last_batch_rows = batch.decode_rows + batch.prompt_rows;
+  metrics_.step_base_seconds = impl_->cost.base_seconds();
+  metrics_.step_decode_row_seconds = impl_->cost.decode_row_seconds();
+  metrics_.step_prompt_row_seconds = impl_->cost.prompt_row_seconds();
+  metrics_.step_prompt_budget_rows = batch.prompt_budget;
   size_t sequences = 0;
   for (size_t e = 0; e < entries.size(); ++e) sequences += (e == 0 || owner[e] != owner[e - 1]) ? 1 : 0;
   metrics_.last_batch_sequences = sequences;
   return true;
+}
+
+Scheduler::Batch Scheduler::build_batch() {
+  Batch batch;
+  // Decode first: every running sequence past its prompt gets its next token in every step.
+  for (auto& seq : running_) {
+    if (seq->prefilling()) continue;
+    batch.entries.push_back({std::span<const int>(&seq->generated.back(), 1), seq->layers, true});
+    batch.owner.push_back(seq.get());
+    ++batch.decode_rows;
+  }
+  // Prompt chunks, oldest request first, fill what the budget leaves; at least one chunk per step
+  // however many sequences decode, so prompts always advance. A chunk ends at the next multiple
+  // of chunk_tokens (or the prompt's end) whatever the budget: the cuts, and so the sequence's
+  // output, never depend on the other requests.
+  batch.prompt_budget = prompt_budget(batch.decode_rows);
+  const size_t chunk = options_.chunk_tokens;
+  bool any_chunk = false;
+  for (auto& seq : running_) {
+    while (seq->prefilling()) {
+      const auto& prompt = seq->request.prompt;
+      const size_t end = std::min(prompt.size(), (seq->fed / chunk + 1) * chunk);
+      if (any_chunk && batch.prompt_rows + (end - seq->fed) > batch.prompt_budget) break;
+      any_chunk = true;
+      batch.entries.push_back({std::span<const int>(prompt).subspan(seq->fed, end - seq->fed), seq->layers,
+                               end == prompt.size(), seq->request.prompt_logprobs});
+      batch.owner.push_back(seq.get());
+      batch.prompt_rows += end - seq->fed;
+      batch.scoring = batch.scoring || seq->request.prompt_logprobs;
+      seq->fed = end;
+      // A prefix to keep ends the sequence's part of this step: the cache holds exactly it then.
+      if (!seq->snapshot_at.empty() && seq->snapshot_at.front() == end) break;
+    }
+  }
+  return batch;
+}
+
+size_t Scheduler::prompt_budget(size_t decode_rows) const {
+  const size_t cap = options_.step_tokens - std::min(options_.step_tokens, decode_rows);
+  // Nobody streams (or no target): prompts take the whole step, the cheapest way through them.
+  if (decode_rows == 0 || options_.max_step_ms <= 0) return cap;
+  return std::min(cap, impl_->cost.prompt_rows_within(options_.max_step_ms / 1e3, decode_rows));
 }
 
 bool Scheduler::computing(const std::vector<int>& prompt) const {

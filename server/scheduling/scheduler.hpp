@@ -10,9 +10,15 @@
 //      stored prefix of its prompt; a request whose prompt a running sequence is computing
 //      (n choices of one request, or the same prompt sent twice) waits until that one has
 //      stored it, so the prompt is computed once;
-//   3. builds one batch: one token of every decoding sequence, then prompt chunks of the
-//      prefilling ones, up to `step_tokens` rows; runs it through BatchForward (each weight
-//      matrix read once for the whole batch);
+//   3. builds one batch, decode first: one token of every decoding sequence, then prompt chunks
+//      of the prefilling ones (oldest first) within the step's prompt budget -- at least one
+//      chunk, at most what a step of `max_step_ms` leaves after the decode rows by StepCost's
+//      running fit of this machine's step times, never past `step_tokens` rows (all of them
+//      when nothing decodes: no stream waits on that step) -- and runs it through
+//      BatchForward (each weight matrix read once for the whole batch). A running stream so
+//      gets a token about every max_step_ms while prompts are computed, and every decode step
+//      when none are (stall-free batching, as Sarathi-Serve; vLLM's max_num_batched_tokens is
+//      the row cap, here derived from a time);
 //   4. samples each sequence that produced logits, streams its text, finishes it on an
 //      end-of-generation token, a stop string, max_tokens or the context's end. A request
 //      scoring its prompt (prompt_logprobs) runs its chunks with every row's logits and gets
@@ -24,7 +30,7 @@
 // store by the engine loop, which only serializes them (the store's thread sends them); so is
 // the prompt plus the generated answer up to its last page boundary, when the sequence ends
 // (a chat's next turn starts with it).
-// Prompts are cut at fixed positions (multiples of page_tokens), whatever the traffic, so with
+// Prompts are cut at fixed positions (multiples of chunk_tokens), whatever the traffic, so with
 // BatchForward's batch invariance a request's output does not depend on the other requests
 // (and a restored prefix gives what recomputing it would: entries are taken at those cuts).
 //
@@ -64,6 +70,14 @@ struct SchedulerOptions {
   // a half-empty last page costs at most 31 tokens per sequence.
   size_t page_tokens = 32;
   size_t step_tokens = 128;     // rows per step at most (decode tokens + prompt chunks)
+  // Prompt chunk size (tokens): prompts are cut at its multiples; divides page_tokens (0: the
+  // page). A budget fills in whole chunks, so smaller chunks fit a step's time more closely (a
+  // chunk of 32 rows alone is ~0.25 s of a 1B model on 2 cores); each chunk's attention reads
+  // its cache once, so smaller ones cost a little more per row.
+  size_t chunk_tokens = 0;
+  // Target step time while sequences decode (ms): the prompt rows a step carries are what fits
+  // after its decode rows, at least one chunk. 0: no target (steps fill up to step_tokens).
+  double max_step_ms = 0;
   bool prefix_cache = true;
   // The tier shared with other replicas (server/prefix/shared_prefixes.hpp): null for none. Blocks are
   // pages.
@@ -88,6 +102,9 @@ struct SchedulerMetrics {
   size_t last_batch_sequences = 0, last_batch_rows = 0;
   size_t peak_running = 0, peak_kv_allocated = 0;
   double step_seconds_total = 0;
+  // StepCost's fit (seconds): a step's fixed cost, and the cost of each decode and prompt row.
+  double step_base_seconds = 0, step_decode_row_seconds = 0, step_prompt_row_seconds = 0;
+  size_t step_prompt_budget_rows = 0;  // the last step's prompt budget
 };
 
 class Scheduler {
@@ -116,9 +133,12 @@ class Scheduler {
 
  private:
   struct Sequence;
+  struct Batch;
   void loop();
   void admit();
   bool step();
+  Batch build_batch();
+  size_t prompt_budget(size_t decode_rows) const;
   void finish(Sequence& seq, const std::string& reason);
   void fail(Sequence& seq, const std::string& error);
   void release(size_t index);

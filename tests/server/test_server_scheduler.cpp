@@ -401,6 +401,92 @@ TEST(ServerScheduler, OnePromptForManyChoicesIsComputedOnce) {
   EXPECT_EQ(s.metrics().prompt_tokens_computed_total, n + 2 * (n - stored));
 }
 
+// A prompt of `n` tokens: `lead` then Genesis 1 until it is long enough.
+GenerationRequest long_prompt(const std::string& lead, size_t n, int max_tokens) {
+  std::string text = lead;
+  while (kjv().tok->encode(text, true).size() < n) {
+    text += " In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+            "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters.";
+  }
+  GenerationRequest g = greedy(text, max_tokens);
+  g.prompt.resize(n);
+  return g;
+}
+
+SchedulerOptions step_options(double max_step_ms) {
+  SchedulerOptions o = options("turboquant:bits=4,window=32,sinks=1", 64 << 20);
+  o.chunk_tokens = 8;  // half a page
+  o.max_step_ms = max_step_ms;
+  o.prefix_cache = false;
+  return o;
+}
+
+// The step budget decides when a prompt's chunks run, never where it is cut: long prompts (many
+// chunks) answer the same alone, in a mix whose steps carry one chunk beside the decoding
+// sequences (a budget nothing fits in), and in a mix whose steps fill up to step_tokens.
+TEST(ServerScheduler, TheStepBudgetChangesTimingNotText) {
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < 4; ++i) requests.push_back(long_prompt(kPrompts[i], 60 + 37 * i, 24));
+  std::vector<std::string> solo;
+  {
+    Scheduler s(kjv().model, *kjv().tok, step_options(0));
+    for (const auto& g : requests) solo.push_back(wait(*submit(s, g)).text);
+  }
+  for (const double max_step_ms : {1e-6, 0.0}) {
+    Scheduler s(kjv().model, *kjv().tok, step_options(max_step_ms));
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const auto& g : requests) {
+      handles.push_back(submit(s, g));
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));  // arrivals mid-prefill and mid-decode
+    }
+    for (size_t i = 0; i < handles.size(); ++i) {
+      EXPECT_EQ(wait(*handles[i]).text, solo[i]) << "request " << i << ", max_step_ms " << max_step_ms;
+    }
+    EXPECT_GE(s.metrics().peak_running, 2u);
+  }
+}
+
+// Stall-free batching: while a long prompt is computed, a sequence that streams gets its token
+// in every step, and the prompt advances by a chunk per step (the budget holds nothing more);
+// without a target the prompt takes whole steps and is through in a few.
+TEST(ServerScheduler, AStreamGetsATokenEveryStepWhileAPromptIsComputed) {
+  for (const double max_step_ms : {1e-6, 0.0}) {
+    Scheduler s(kjv().model, *kjv().tok, step_options(max_step_ms));
+    auto streaming = submit(s, greedy("And God said unto Moses", 150));
+    StreamEvent ev;
+    ASSERT_TRUE(streaming->wait_next(ev, std::chrono::seconds(60)));
+    ASSERT_EQ(ev.kind, StreamEvent::Kind::text);
+    const uint64_t before = s.metrics().steps_total;
+    auto prompt = submit(s, long_prompt("Blessed are the meek", 200, 4));  // 25 chunks of 8
+    ASSERT_TRUE(prompt->wait_next(ev, std::chrono::seconds(60)));
+    ASSERT_EQ(ev.kind, StreamEvent::Kind::text);
+    const uint64_t steps = s.metrics().steps_total - before;
+    int tokens = 0;  // what the stream got meanwhile
+    while (streaming->wait_next(ev, std::chrono::milliseconds(0))) tokens += ev.kind == StreamEvent::Kind::text ? 1 : 0;
+    if (max_step_ms > 0) {
+      EXPECT_GE(steps, 24u) << "one chunk of 8 per step";
+      EXPECT_GE(tokens, static_cast<int>(steps) - 3) << "a token in every step";
+    } else {
+      EXPECT_LE(steps, 4u) << "200 rows in steps of up to 128";
+    }
+    streaming->cancel();
+    wait(*prompt);
+  }
+}
+
+TEST(ServerScheduler, RefusesChunksThatSplitPagesAndBadStepTargets) {
+  SchedulerOptions o = step_options(100);
+  o.chunk_tokens = 6;  // pages of 16
+  EXPECT_THROW(Scheduler(kjv().model, *kjv().tok, o), Error);
+  o.chunk_tokens = 16;
+  o.max_step_ms = std::nan("");
+  EXPECT_THROW(Scheduler(kjv().model, *kjv().tok, o), Error);
+  o.max_step_ms = -1;
+  EXPECT_THROW(Scheduler(kjv().model, *kjv().tok, o), Error);
+  o.max_step_ms = 250;
+  EXPECT_NO_THROW(Scheduler(kjv().model, *kjv().tok, o));
+}
+
 TEST(KvFootprint, ReservationBoundsWhatCachesAllocate) {
   const auto& c = kjv().model.config;
   for (const std::string spec : {"dense:page_tokens=16", "turboquant:bits=4,window=32,sinks=1,page_tokens=16",

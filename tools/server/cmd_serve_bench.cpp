@@ -4,12 +4,17 @@
 //       --concurrency 1,16 --requests 16 --prompt-tokens 256 --max-tokens 64
 //
 // For each --kv configuration it starts a server itself (this binary's `serve`, on 127.0.0.1 and
-// a free port, prefix cache off, same budget), or uses --url. At each concurrency level C, C
-// clients send streaming completions back to back (random token-id prompts, ignore_eos, greedy)
-// until --requests are done. Reported per (configuration, level): generated tokens/s over the
-// level's wall time, time to first token and inter-token latency (p50, p99), the most sequences
-// the server ran at once and the most KV bytes it held (polled from /metrics every 50 ms), and
-// the server's peak RSS (VmHWM, when it started the server). --json prints the same as one object.
+// a free port, prefix cache off, same budget), or uses --url: any OpenAI-compatible server
+// (llama-server too: fields it leaves out or sends as null are not needed). At each concurrency
+// level C, C clients send streaming completions back to back (random token-id prompts,
+// ignore_eos, greedy) until --requests are done; with --arrive-every S the first C start
+// together and the rest arrive one every S seconds once those stream. Reported per
+// (configuration, level): generated tokens/s over the level's wall time, time to first token
+// (p50, p99), inter-token latency (p50, p90, p99), each stream's longest stall (its longest gap
+// between two tokens: p50 and max over the streams), the most sequences the server ran at once
+// and the most KV bytes it held (polled from /metrics every 50 ms), and the server's peak RSS
+// (VmHWM, when it started the server). --json prints the same as one object, with the server's
+// fitted step costs (turbokv_step_* in /metrics) at the end of each level.
 #include <fmt/format.h>
 #include <httplib.h>
 #include <signal.h>
@@ -22,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -52,6 +58,8 @@ struct BenchArgs {
   int max_tokens = 64;
   int parallel = 64;
   int threads = 0;
+  int vocab = 0;             // token ids of the prompts are below it (0: what /v1/models reports)
+  double arrive_every = 0;   // > 0: requests past the first `concurrency` arrive this many seconds apart
   std::string extra;  // more `serve` arguments
   bool json_out = false;
 };
@@ -182,18 +190,101 @@ struct LevelResult {
   int requests = 0, failed = 0;
   double seconds = 0, tokens_per_s = 0;
   uint64_t generated = 0;
-  double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p99 = 0;
+  double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p90 = 0, itl_p99 = 0;
+  double stall_p50 = 0, stall_max = 0;  // over the streams' longest gaps between two tokens
+  std::vector<double> stalls;           // each stream's longest gap, in request order
   double peak_running = 0, peak_kv_bytes = 0, peak_waiting = 0;
   long rss_peak_kib = 0;
+  std::map<std::string, double> step_cost;  // the server's fitted step costs at the end (turbokv only)
 };
+
+// A number in a JSON object, or `fallback` when the field is missing, null or not a number
+// (servers differ: llama-server sends no usage while streaming, and null where a field has no
+// value).
+double number_or(const json& object, const char* key, double fallback) {
+  if (!object.is_object()) return fallback;
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// The vocabulary size a server reports in /v1/models: turbokv's meta.vocab, llama-server's
+// meta.n_vocab; 0 when neither is there.
+int reported_vocab(const json& models) {
+  if (!models.is_object() || !models.contains("data") || !models["data"].is_array() || models["data"].empty()) return 0;
+  const json& first = models["data"][0];
+  if (!first.is_object() || !first.contains("meta")) return 0;
+  const json& meta = first["meta"];
+  return static_cast<int>(number_or(meta, "vocab", number_or(meta, "n_vocab", 0)));
+}
+
+// One streamed completion: when each token's text arrived (seconds from the request), and the
+// generated tokens (the usage the server reports, else the pieces of text that came).
+struct StreamResult {
+  bool ok = false;
+  std::vector<double> arrivals;
+  uint64_t tokens = 0;
+};
+
+StreamResult stream_completion(const std::string& url, const json& body, const std::function<void()>& on_first) {
+  httplib::Client cli(url);
+  cli.set_read_timeout(600, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  StreamResult r;
+  std::string buffer;
+  double usage_tokens = -1;
+  const auto start = Clock::now();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    size_t pos;
+    while ((pos = buffer.find("\n\n")) != std::string::npos) {
+      const std::string event = buffer.substr(0, pos);
+      buffer.erase(0, pos + 2);
+      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      const json chunk = json::parse(event.substr(6), nullptr, false);
+      if (chunk.is_discarded() || !chunk.is_object()) continue;
+      if (chunk.contains("usage")) usage_tokens = number_or(chunk["usage"], "completion_tokens", usage_tokens);
+      if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].empty()) continue;
+      const json& choice = chunk["choices"][0];
+      if (!choice.is_object()) continue;
+      // A piece of text is a token's arrival (the closing chunk, with its finish_reason, has none).
+      const auto text = choice.find("text");
+      const bool has_text = text != choice.end() && text->is_string() && !text->get<std::string>().empty();
+      const auto finish = choice.find("finish_reason");
+      const bool open = finish == choice.end() || finish->is_null();
+      if (has_text || open) {
+        r.arrivals.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        if (r.arrivals.size() == 1 && on_first) on_first();
+      }
+    }
+    return true;
+  };
+  const auto res = cli.send(req);
+  r.ok = res && res->status == 200 && !r.arrivals.empty();
+  r.tokens = usage_tokens >= 0 ? static_cast<uint64_t>(usage_tokens) : r.arrivals.size();
+  return r;
+}
+
+// Distinct random prompts (no prefix is shared), token ids past the byte range.
+json completion_body(const BenchArgs& a, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  json prompt = json::array();
+  prompt.push_back(1);
+  for (int t = 1; t < a.prompt_tokens; ++t) prompt.push_back(300 + static_cast<int>(rng() % static_cast<uint64_t>(vocab - 300)));
+  return {{"prompt", prompt}, {"max_tokens", a.max_tokens}, {"temperature", 0}, {"stream", true},
+          {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}};
+}
 
 LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrency, int vocab, uint64_t seed) {
   LevelResult r;
   r.concurrency = concurrency;
   r.requests = a.requests > 0 ? a.requests : 2 * concurrency;
-  std::atomic<int> next{0};
   std::mutex mutex;
   std::vector<double> ttft, itl;
+  r.stalls.assign(static_cast<size_t>(r.requests), 0.0);
   std::atomic<uint64_t> generated{0};
   std::atomic<int> failed{0};
   std::atomic<bool> polling{true};
@@ -208,56 +299,45 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
+  std::atomic<int> first_tokens{0};
+  auto run_request = [&](int i) {
+    const bool initial = i < concurrency;
+    const StreamResult s = stream_completion(url, completion_body(a, vocab, seed + static_cast<uint64_t>(i) * 7919),
+                                             [&] { first_tokens += initial ? 1 : 0; });
+    if (!s.ok) {
+      ++failed;
+      first_tokens += initial && s.arrivals.empty() ? 1 : 0;  // never had a first token: do not wait for it
+      return;
+    }
+    generated += s.tokens;
+    double longest = 0;
+    std::lock_guard lock(mutex);
+    ttft.push_back(s.arrivals.front());
+    for (size_t k = 1; k < s.arrivals.size(); ++k) {
+      itl.push_back(s.arrivals[k] - s.arrivals[k - 1]);
+      longest = std::max(longest, itl.back());
+    }
+    r.stalls[static_cast<size_t>(i)] = longest;
+  };
   const auto t0 = Clock::now();
   std::vector<std::thread> clients;
-  for (int c = 0; c < concurrency; ++c) {
-    clients.emplace_back([&, c] {
-      httplib::Client cli(url);
-      cli.set_read_timeout(600, 0);
-      for (int i = next.fetch_add(1); i < r.requests; i = next.fetch_add(1)) {
-        // Distinct random prompts (no prefix is shared), token ids past the byte range.
-        std::mt19937_64 rng(seed + static_cast<uint64_t>(i) * 7919 + static_cast<uint64_t>(c));
-        json prompt = json::array();
-        prompt.push_back(1);
-        for (int t = 1; t < a.prompt_tokens; ++t) prompt.push_back(300 + static_cast<int>(rng() % static_cast<uint64_t>(vocab - 300)));
-        const json body = {{"prompt", prompt}, {"max_tokens", a.max_tokens}, {"temperature", 0}, {"stream", true},
-                           {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}};
-        httplib::Request req;
-        req.method = "POST";
-        req.path = "/v1/completions";
-        req.body = body.dump();
-        req.set_header("Content-Type", "application/json");
-        std::vector<double> arrivals;
-        std::string buffer;
-        uint64_t tokens = 0;
-        const auto start = Clock::now();
-        req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-          buffer.append(data, n);
-          size_t pos;
-          while ((pos = buffer.find("\n\n")) != std::string::npos) {
-            const std::string event = buffer.substr(0, pos);
-            buffer.erase(0, pos + 2);
-            if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
-            const json chunk = json::parse(event.substr(6), nullptr, false);
-            if (chunk.is_discarded()) continue;
-            if (chunk.contains("usage") && chunk["usage"].is_object()) tokens = chunk["usage"]["completion_tokens"].get<uint64_t>();
-            if (chunk.contains("choices") && !chunk["choices"].empty() && chunk["choices"][0]["finish_reason"].is_null()) {
-              arrivals.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-            }
-          }
-          return true;
-        };
-        const auto res = cli.send(req);
-        if (!res || res->status != 200 || arrivals.empty()) {
-          ++failed;
-          continue;
-        }
-        generated += tokens;
-        std::lock_guard lock(mutex);
-        ttft.push_back(arrivals.front());
-        for (size_t k = 1; k < arrivals.size(); ++k) itl.push_back(arrivals[k] - arrivals[k - 1]);
-      }
-    });
+  if (a.arrive_every <= 0) {
+    // Closed loop: each client sends its next request when the last one finished.
+    std::atomic<int> next{0};
+    for (int c = 0; c < concurrency; ++c) {
+      clients.emplace_back([&] {
+        for (int i = next.fetch_add(1); i < r.requests; i = next.fetch_add(1)) run_request(i);
+      });
+    }
+  } else {
+    // The first `concurrency` requests start together; once each of them streams, the others
+    // arrive one every --arrive-every seconds, whatever is running (open loop).
+    for (int i = 0; i < std::min(concurrency, r.requests); ++i) clients.emplace_back(run_request, i);
+    while (first_tokens.load() < std::min(concurrency, r.requests)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = concurrency; i < r.requests; ++i) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(a.arrive_every));
+      clients.emplace_back(run_request, i);
+    }
   }
   for (auto& t : clients) t.join();
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -269,10 +349,17 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
   r.ttft_p50 = percentile(ttft, 50);
   r.ttft_p99 = percentile(ttft, 99);
   r.itl_p50 = percentile(itl, 50);
+  r.itl_p90 = percentile(itl, 90);
   r.itl_p99 = percentile(itl, 99);
+  r.stall_p50 = percentile(r.stalls, 50);
+  r.stall_max = r.stalls.empty() ? 0 : *std::max_element(r.stalls.begin(), r.stalls.end());
   r.peak_running = peak_running;
   r.peak_waiting = peak_waiting;
   r.peak_kv_bytes = peak_kv;
+  httplib::Client cli(url);
+  for (const auto& [name, value] : scrape(cli)) {
+    if (name.rfind("turbokv_step_", 0) == 0 && name.find("_total") == std::string::npos) r.step_cost[name] = value;
+  }
   return r;
 }
 
@@ -302,7 +389,11 @@ int run_bench(const BenchArgs& a) {
     httplib::Client cli(url);
     auto models = cli.Get("/v1/models");
     if (!models || models->status != 200) throw Error(fmt::format("serve-bench: GET {}/v1/models failed", url));
-    const int vocab = json::parse(models->body)["data"][0]["meta"]["vocab"].get<int>();
+    const int vocab = a.vocab > 0 ? a.vocab : reported_vocab(json::parse(models->body, nullptr, false));
+    if (vocab <= 300) {
+      throw Error(fmt::format("serve-bench: {}/v1/models reports no vocabulary size (meta.vocab or meta.n_vocab) over "
+                              "300; give --vocab", url));
+    }
     for (const int c : levels) {
       LevelResult r = run_level(url, a, c, vocab, 1234 + static_cast<uint64_t>(c));
       r.kv = name;
@@ -320,7 +411,9 @@ int run_bench(const BenchArgs& a) {
       out["results"].push_back({{"kv", r.kv}, {"concurrency", r.concurrency}, {"requests", r.requests}, {"failed", r.failed},
                                 {"seconds", r.seconds}, {"generated_tokens", r.generated}, {"tokens_per_s", r.tokens_per_s},
                                 {"ttft_p50_s", r.ttft_p50}, {"ttft_p99_s", r.ttft_p99}, {"itl_p50_s", r.itl_p50},
-                                {"itl_p99_s", r.itl_p99}, {"peak_running", r.peak_running},
+                                {"itl_p90_s", r.itl_p90}, {"itl_p99_s", r.itl_p99}, {"stall_p50_s", r.stall_p50},
+                                {"stall_max_s", r.stall_max}, {"stalls_s", r.stalls}, {"step_cost", r.step_cost},
+                                {"peak_running", r.peak_running},
                                 {"peak_waiting", r.peak_waiting}, {"peak_kv_bytes", r.peak_kv_bytes},
                                 {"rss_peak_bytes", r.rss_peak_kib * 1024}});
     }
@@ -329,13 +422,15 @@ int run_bench(const BenchArgs& a) {
   }
   fmt::print("serve-bench: {} ({}), budget {}, prompts {} tokens, {} generated\n", a.model, a.weights, a.kv_budget,
              a.prompt_tokens, a.max_tokens);
-  fmt::print("| kv | clients | requests | gen tok/s | TTFT p50 / p99 (s) | ITL p50 / p99 (ms) | peak running | peak KV MiB | peak RSS MiB |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("| kv | clients | requests | gen tok/s | TTFT p50 / p99 (s) | ITL p50 / p90 / p99 (ms) | longest stall "
+             "p50 / max (ms) | peak running | peak KV MiB | peak RSS MiB |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& r : results) {
-    fmt::print("| {} | {} | {}{} | {:.1f} | {:.2f} / {:.2f} | {:.0f} / {:.0f} | {:.0f} | {:.1f} | {:.0f} |\n", r.kv,
-               r.concurrency, r.requests, r.failed ? fmt::format(" ({} failed)", r.failed) : "", r.tokens_per_s,
-               r.ttft_p50, r.ttft_p99, r.itl_p50 * 1e3, r.itl_p99 * 1e3, r.peak_running, r.peak_kv_bytes / (1 << 20),
-               static_cast<double>(r.rss_peak_kib) / 1024.0);
+    fmt::print("| {} | {} | {}{} | {:.1f} | {:.2f} / {:.2f} | {:.0f} / {:.0f} / {:.0f} | {:.0f} / {:.0f} | {:.0f} | {:.1f} | "
+               "{:.0f} |\n",
+               r.kv, r.concurrency, r.requests, r.failed ? fmt::format(" ({} failed)", r.failed) : "", r.tokens_per_s,
+               r.ttft_p50, r.ttft_p99, r.itl_p50 * 1e3, r.itl_p90 * 1e3, r.itl_p99 * 1e3, r.stall_p50 * 1e3,
+               r.stall_max * 1e3, r.peak_running, r.peak_kv_bytes / (1 << 20), static_cast<double>(r.rss_peak_kib) / 1024.0);
   }
   return 0;
 }
@@ -355,6 +450,11 @@ const CommandRegistration registration{"serve-bench", [](CLI::App& app) {
   app.add_option("--max-tokens", a->max_tokens, "tokens generated per request")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--parallel", a->parallel, "--parallel of the servers it starts")->capture_default_str();
   app.add_option("--threads", a->threads, "--threads of the servers it starts (0: all cores)")->capture_default_str();
+  app.add_option("--vocab", a->vocab, "prompt token ids stay below it (default: what /v1/models reports)")
+      ->check(CLI::Range(301, 1 << 24));
+  app.add_option("--arrive-every", a->arrive_every, "seconds between arrivals: the first --concurrency requests start "
+                 "together, the others one by one once those stream (0: each client sends its next when one ends)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   app.add_option("--server-args", a->extra, "more arguments for the servers it starts (space-separated)");
   app.add_flag("--json", a->json_out, "print one JSON object");
   return [a] { return run_bench(*a); };
