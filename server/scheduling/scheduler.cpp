@@ -416,7 +416,11 @@ size_t Scheduler::prompt_budget(size_t decode_rows) const {
   const size_t cap = options_.step_tokens - std::min(options_.step_tokens, decode_rows);
   // Nobody streams (or no target): prompts take the whole step, the cheapest way through them.
   if (decode_rows == 0 || options_.max_step_ms <= 0) return cap;
-  return std::min(cap, impl_->cost.prompt_rows_within(options_.max_step_ms / 1e3, decode_rows));
+  // Where the decode rows alone take more than half the target (a loaded machine, many
+  // streams), prompts still get as much time as they do: a stream's step at most doubles, and
+  // prompts do not crawl at one chunk a step.
+  const double target = std::max(options_.max_step_ms / 1e3, 2 * impl_->cost.decode_seconds(decode_rows));
+  return std::min(cap, impl_->cost.prompt_rows_within(target, decode_rows));
 }
 
 bool Scheduler::computing(const std::vector<int>& prompt) const {

@@ -12,8 +12,9 @@
 //      stored it, so the prompt is computed once;
 //   3. builds one batch, decode first: one token of every decoding sequence, then prompt chunks
 //      of the prefilling ones (oldest first) within the step's prompt budget -- at least one
-//      chunk, at most what a step of `max_step_ms` leaves after the decode rows by StepCost's
-//      running fit of this machine's step times, never past `step_tokens` rows (all of them
+//      chunk, at most what a step of `max_step_ms` (or of twice the decode rows' time, if that
+//      is longer) leaves after the decode rows by StepCost's running fit of this machine's
+//      step times, never past `step_tokens` rows (all of them
 //      when nothing decodes: no stream waits on that step) -- and runs it through
 //      BatchForward (each weight matrix read once for the whole batch). A running stream so
 //      gets a token about every max_step_ms while prompts are computed, and every decode step
@@ -77,7 +78,7 @@ struct SchedulerOptions {
   size_t chunk_tokens = 0;
   // Target step time while sequences decode (ms): the prompt rows a step carries are what fits
   // after its decode rows, at least one chunk. 0: no target (steps fill up to step_tokens).
-  double max_step_ms = 0;
+  double max_step_ms = 250;
   bool prefix_cache = true;
   // The tier shared with other replicas (server/prefix/shared_prefixes.hpp): null for none. Blocks are
   // pages.

@@ -48,9 +48,15 @@ double StepCost::predict(size_t decode_rows, size_t prompt_rows) const {
   return std::max(0.0, t);
 }
 
+double StepCost::decode_seconds(size_t decode_rows) const {
+  // A decode row does all a prompt row does (and projects onto the vocabulary): it costs no
+  // less, whatever a fit that has seen few decode rows says; nor is the fixed cost negative.
+  return std::max(0.0, theta_[0]) + static_cast<double>(decode_rows) * std::max(theta_[1], theta_[2]);
+}
+
 size_t StepCost::prompt_rows_within(double target_seconds, size_t decode_rows) const {
   if (!saw_prompt_rows_ || theta_[2] <= 0) return 0;
-  const double left = target_seconds - predict(decode_rows, 0);
+  const double left = target_seconds - decode_seconds(decode_rows);
   if (left <= 0) return 0;
   const double rows = std::floor(left / theta_[2]);
   return rows >= 1e9 ? static_cast<size_t>(1e9) : static_cast<size_t>(rows);

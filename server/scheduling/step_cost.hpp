@@ -25,6 +25,9 @@ class StepCost {
 
   // Predicted seconds of a step with these rows (0 before any observation).
   double predict(size_t decode_rows, size_t prompt_rows) const;
+  // What prompt_rows_within() plans for the decode rows alone: a decode row at no less than a
+  // prompt row, a fixed cost of at least 0.
+  double decode_seconds(size_t decode_rows) const;
   // The most prompt rows a step with `decode_rows` decode rows can carry within `target_seconds`
   // (0 when even the decode rows alone take that long, or before a prompt row was measured).
   size_t prompt_rows_within(double target_seconds, size_t decode_rows) const;

@@ -446,9 +446,11 @@ TEST(ServerScheduler, TheStepBudgetChangesTimingNotText) {
   }
 }
 
-// Stall-free batching: while a long prompt is computed, a sequence that streams gets its token
-// in every step, and the prompt advances by a chunk per step (the budget holds nothing more);
-// without a target the prompt takes whole steps and is through in a few.
+// Decode first: while a long prompt is computed, a sequence that streams gets its token in every
+// step, with a target no step meets (the prompt then advances by what twice the decode rows'
+// time allows, at least a chunk) and without one (the prompt takes whole steps, through in a
+// few). How many chunks a timed step takes depends on the machine's speed: StepCost's tests
+// check that arithmetic.
 TEST(ServerScheduler, AStreamGetsATokenEveryStepWhileAPromptIsComputed) {
   for (const double max_step_ms : {1e-6, 0.0}) {
     Scheduler s(kjv().model, *kjv().tok, step_options(max_step_ms));
@@ -463,12 +465,9 @@ TEST(ServerScheduler, AStreamGetsATokenEveryStepWhileAPromptIsComputed) {
     const uint64_t steps = s.metrics().steps_total - before;
     int tokens = 0;  // what the stream got meanwhile
     while (streaming->wait_next(ev, std::chrono::milliseconds(0))) tokens += ev.kind == StreamEvent::Kind::text ? 1 : 0;
-    if (max_step_ms > 0) {
-      EXPECT_GE(steps, 24u) << "one chunk of 8 per step";
-      EXPECT_GE(tokens, static_cast<int>(steps) - 3) << "a token in every step";
-    } else {
-      EXPECT_LE(steps, 4u) << "200 rows in steps of up to 128";
-    }
+    EXPECT_GE(tokens, static_cast<int>(steps) - 2) << "a token in every step; max_step_ms " << max_step_ms;
+    EXPECT_GE(steps, 2u);
+    if (max_step_ms == 0) EXPECT_LE(steps, 4u) << "200 rows in steps of up to 128";
     streaming->cancel();
     wait(*prompt);
   }

@@ -76,6 +76,16 @@ TEST(StepCost, WithOneKindOfStepItPredictsThatStepAndBudgetsNearIt) {
   EXPECT_GE(cost.prompt_rows_within(0.5, 4), 32u) << "but no less than what it saw fit";
 }
 
+TEST(StepCost, PlansADecodeRowAtNoLessThanAPromptRow) {
+  // Prompt-only steps so far (a server whose first request is still in its prompt): the fit
+  // knows nothing of decode rows; the budget still charges each one a prompt row's cost.
+  StepCost cost;
+  for (int i = 0; i < 20; ++i) cost.observe(0, 128, 0.050 + 128 * 0.008);
+  const size_t alone = cost.prompt_rows_within(0.250, 0);
+  EXPECT_LE(cost.prompt_rows_within(0.250, 8), alone - 8);
+  EXPECT_LE(cost.prompt_rows_within(0.250, 8) * 0.008 + 8 * 0.008, 0.250);
+}
+
 TEST(StepCost, IgnoresStepsItCannotLearnFrom) {
   StepCost cost;
   cost.observe(4, 16, std::nan(""));
