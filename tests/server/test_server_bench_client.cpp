@@ -128,6 +128,9 @@ TEST(ServeBenchClient, MeasuresAStreamFromALlamaServerLikeServer) {
   EXPECT_GE(r["itl_p99_s"].get<double>(), r["itl_p90_s"].get<double>());
   ASSERT_EQ(r["stalls_s"].size(), 2u);
   EXPECT_LT(fake.largest_id(), 1000) << "prompt ids stay below the reported n_vocab";
+  const json all = json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(all["model"], "fake at " + fake.url()) << "the served model, not serve-bench's own --model default";
+  EXPECT_TRUE(all["kv_budget"].is_null());
 }
 
 TEST(ServeBenchClient, AVocabularyItCannotLearnIsAClearErrorUnlessGiven) {

@@ -217,6 +217,13 @@ int reported_vocab(const json& models) {
   return static_cast<int>(number_or(meta, "vocab", number_or(meta, "n_vocab", 0)));
 }
 
+// The first model id a server lists ("?" when there is none).
+std::string served_model_id(const json& models) {
+  if (!models.is_object() || !models.contains("data") || !models["data"].is_array() || models["data"].empty()) return "?";
+  const json& first = models["data"][0];
+  return first.is_object() && first.contains("id") && first["id"].is_string() ? first["id"].get<std::string>() : "?";
+}
+
 // One streamed completion: when each token's text arrived (seconds from the request), and the
 // generated tokens (the usage the server reports, else the pieces of text that came).
 struct StreamResult {
@@ -367,6 +374,7 @@ int run_bench(const BenchArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);
   const auto levels = parse_int_list(a.concurrency);
   std::vector<LevelResult> results;
+  std::string server_model;
   const auto configs = a.url.empty() ? split(a.kv, ',') : std::vector<std::string>{"(server at --url)"};
   for (const auto& name : configs) {
     std::optional<ServerProcess> server;
@@ -389,7 +397,9 @@ int run_bench(const BenchArgs& a) {
     httplib::Client cli(url);
     auto models = cli.Get("/v1/models");
     if (!models || models->status != 200) throw Error(fmt::format("serve-bench: GET {}/v1/models failed", url));
-    const int vocab = a.vocab > 0 ? a.vocab : reported_vocab(json::parse(models->body, nullptr, false));
+    const json listed = json::parse(models->body, nullptr, false);
+    if (server_model.empty()) server_model = a.url.empty() ? a.model : served_model_id(listed) + " at " + a.url;
+    const int vocab = a.vocab > 0 ? a.vocab : reported_vocab(listed);
     if (vocab <= 300) {
       throw Error(fmt::format("serve-bench: {}/v1/models reports no vocabulary size (meta.vocab or meta.n_vocab) over "
                               "300; give --vocab", url));
@@ -405,7 +415,10 @@ int run_bench(const BenchArgs& a) {
     }
   }
   if (a.json_out) {
-    json out = {{"model", a.model}, {"weights", a.weights}, {"kv_budget", a.kv_budget}, {"prompt_tokens", a.prompt_tokens},
+    // A server at --url: its model id; what the started servers would have used does not apply.
+    const json unknown = nullptr;
+    json out = {{"model", server_model}, {"weights", a.url.empty() ? json(a.weights) : unknown},
+                {"kv_budget", a.url.empty() ? json(a.kv_budget) : unknown}, {"prompt_tokens", a.prompt_tokens},
                 {"max_tokens", a.max_tokens}, {"results", json::array()}};
     for (const auto& r : results) {
       out["results"].push_back({{"kv", r.kv}, {"concurrency", r.concurrency}, {"requests", r.requests}, {"failed", r.failed},
@@ -420,7 +433,8 @@ int run_bench(const BenchArgs& a) {
     fmt::print("{}\n", out.dump());
     return 0;
   }
-  fmt::print("serve-bench: {} ({}), budget {}, prompts {} tokens, {} generated\n", a.model, a.weights, a.kv_budget,
+  fmt::print("serve-bench: {} ({}), budget {}, prompts {} tokens, {} generated\n", server_model,
+             a.url.empty() ? a.weights : "?", a.url.empty() ? a.kv_budget : "?",
              a.prompt_tokens, a.max_tokens);
   fmt::print("| kv | clients | requests | gen tok/s | TTFT p50 / p99 (s) | ITL p50 / p90 / p99 (ms) | longest stall "
              "p50 / max (ms) | peak running | peak KV MiB | peak RSS MiB |\n");
