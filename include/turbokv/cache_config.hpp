@@ -63,7 +63,8 @@ struct KvRequest {
   std::optional<size_t> window;
   // Unset: 1 with a TurboQuant cache. Keeping the BOS token exact costs 2*head_dim floats per kv
   // head and layer; at head_dim 8 (stories260K) its key norm is large enough that even 8-bit
-  // codes move its logit by ~1 and flip near-ties (see the issue 5 note in docs/benchmarks.md).
+  // codes move its logit by ~1 and flip near-ties (docs/history/benchmarks-notebook.md,
+  // "Engine (issue 5)").
   std::optional<size_t> sinks;
   std::string cache;                 // a name or string parse_kv_config reads; excludes the bits
   std::optional<std::string> exact;  // storage of sinks and window: f16 or f32

@@ -139,7 +139,7 @@ std::string scheme_description(const CacheConfig& c) {
 }  // namespace
 
 std::optional<CacheConfig> turboquant_scheme(double bits) {
-  // Chosen from measurements on kjv-llama-3M (docs/benchmarks.md, "Where the KL comes from";
+  // Measured on kjv-llama-3M (docs/history/benchmarks-notebook.md, "Where the KL comes from";
   // scripts/kl-sources.sh): the newest tokens in fp16 take out most of the error, since they
   // are the ones a position attends to most, so the budget goes to a window first; keys pay
   // more per bit than values; widths per layer (layer_bits) measured no better than uniform
