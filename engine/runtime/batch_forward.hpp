@@ -2,10 +2,11 @@
 // model at once.
 //
 // Each entry is a run of consecutive tokens of one sequence (one decode token, or a chunk of its
-// prompt) with that sequence's per-layer caches. Every weight matrix is read once per step for
-// all the entries' rows together (matmul_rowwise); attention runs per entry over its own cache
-// (its class's fused kernel), entries in the order given, so several consecutive entries of one
-// sequence in one step work as if they had come in separate steps.
+// prompt) with that sequence's per-layer caches. The step is one Decoder step (decoder.hpp, the
+// math Forward runs too) over all the entries' rows: every weight matrix is read once per step for
+// all of them (matmul_rowwise); attention runs per entry over its own cache (its class's fused
+// kernel), entries in the order given, so several consecutive entries of one sequence in one step
+// work as if they had come in separate steps.
 //
 // Batch invariance: an entry's results (the keys and values it appends, its logits) are bit for
 // bit what it gets alone in a step, whatever the other entries are and wherever it stands:
@@ -17,15 +18,15 @@
 // What the caller must keep fixed for a sequence's output not to depend on the traffic: how its
 // tokens are cut into entries (the server cuts prompts at fixed positions, see server/).
 // Note: BatchForward's rows are not bit-identical to Forward's prefill (Forward multiplies a
-// chunk in float); they are identical to Forward's one-token decode steps.
+// chunk in float, WeightProducts::chunk); they are identical to Forward's one-token decode steps.
 #pragma once
 
 #include <cstddef>
 #include <span>
 #include <vector>
 
-#include "engine/runtime/forward_ops.hpp"
 #include "engine/model/model.hpp"
+#include "engine/runtime/decoder.hpp"
 #include "turbokv/kv_cache.hpp"
 #include "turbokv/thread_pool.hpp"
 
@@ -51,24 +52,18 @@ class BatchForward {
   // after its token i; else its last token's.
   std::span<const float> all_logits(size_t entry) const;
 
-  const Model& model() const { return model_; }
+  const Model& model() const { return decoder_.model(); }
 
  private:
-  void validate(std::span<const BatchEntry> entries) const;
-  void reserve(size_t rows);
-  void project(const WeightMatrix& w, const float* in, size_t rows, float* out);
-  void attention_block(const LayerWeights& w, int layer, std::span<const BatchEntry> entries, size_t rows);
+  // Checks every entry (throwing before any cache is touched) and lays the step out as the
+  // decoder's runs, each at its position (after an earlier entry of the same sequence).
+  void plan(std::span<const BatchEntry> entries);
 
-  const Model& model_;
-  turbokv::ThreadPool& pool_;
-  int attention_threads_;
-  ops::Rope rope_;
-  size_t capacity_ = 0;
-  std::vector<size_t> first_row_, position_;  // per entry
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
-  std::vector<float> q_heads_, k_heads_, v_heads_, att_heads_;
-  std::vector<size_t> logit_slot_;  // per entry: first row in logits_, or SIZE_MAX
-  std::vector<size_t> logit_rows_;  // per entry: rows in logits_ (0, 1, or its tokens)
+  Decoder decoder_;
+  std::vector<TokenRun> runs_;       // per entry
+  std::vector<size_t> logit_slot_;   // per entry: first row in logits_, or SIZE_MAX
+  std::vector<size_t> logit_rows_;   // per entry: rows in logits_ (0, 1, or its tokens)
+  std::vector<size_t> wanted_rows_;  // the step's rows whose logits are kept, in logits_ order
   std::vector<float> logits_;
 };
 

@@ -1,20 +1,16 @@
-// The forward pass of a Llama-family decoder (llama, qwen2, qwen3), one sequence at a time.
+// Forward: one sequence through the model (what `generate`, `eval` and the Python binding run).
 //
-// Per layer, for a chunk of n tokens at positions p .. p+n-1 (p = the caches' size):
-//   h = RMSNorm(x);  q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
-//   [Qwen3: RMSNorm over each head of q and k];  RoPE(q, k) at their positions
-//   cache.append(k, v, n);  a = attend(q, cache)   <- the KV cache API, any cache class
-//   x += a Wo^T;  h = RMSNorm(x);  x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
-// then logits = RMSNorm(x) Wout^T. Prompts run in chunks through matmul (each weight row is
-// read once per chunk); single decode steps use matvec. Both split rows over the pool.
+// The math is the Decoder's (decoder.hpp), run with one run per step: a prompt goes through in
+// chunks of up to max_chunk tokens, multiplied as chunks (WeightProducts::chunk: each weight row
+// is read once per chunk), a single decode step through matvec. Both split rows over the pool.
 #pragma once
 
 #include <cstddef>
 #include <span>
 #include <vector>
 
-#include "engine/runtime/forward_ops.hpp"
 #include "engine/model/model.hpp"
+#include "engine/runtime/decoder.hpp"
 #include "turbokv/kv_cache.hpp"
 #include "turbokv/thread_pool.hpp"
 
@@ -36,24 +32,19 @@ class Forward {
   void run_all_logits(std::span<const int> tokens, std::span<turbokv::KVCache* const> caches,
                       std::span<float> all_logits);
 
-  const Model& model() const { return model_; }
+  const Model& model() const { return decoder_.model(); }
   turbokv::ThreadPool& pool() const { return pool_; }
 
  private:
-  void check_caches(std::span<turbokv::KVCache* const> caches) const;
-  // One chunk (n <= max_chunk_) at position pos; leaves the final hidden states in x_.
-  void run_chunk(const int* tokens, int n, size_t pos, std::span<turbokv::KVCache* const> caches);
-  // logits[n][vocab] for the first n rows of x_ (final norm + output projection).
-  void compute_logits(int first_row, int n, float* logits);
-  void project(const WeightMatrix& w, const float* in, int n, float* out) const;
+  // Runs the chunks of tokens in order, calling after_chunk(begin, n) after each with its
+  // hidden states in the decoder (rows 0..n-1 = tokens[begin..begin+n-1]).
+  template <typename AfterChunk>
+  void run_chunks(std::span<const int> tokens, std::span<turbokv::KVCache* const> caches, AfterChunk after_chunk);
 
-  const Model& model_;
   turbokv::ThreadPool& pool_;
   int max_chunk_;
-  ops::Rope rope_;
-  // Scratch, [max_chunk][width] row-major unless noted.
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
-  std::vector<float> q_heads_, k_heads_, v_heads_, att_heads_;  // [heads][max_chunk][head_dim]
+  Decoder decoder_;
+  std::vector<size_t> rows_;  // 0, 1, .., max_chunk - 1: a chunk's rows for decoder_.logits()
   std::vector<float> logits_;
 };
 

@@ -1,5 +1,5 @@
-// The per-row operations of the Llama-family forward pass, shared by Forward (one sequence) and
-// BatchForward (many sequences in one step), so both compute a row the same way.
+// The per-row operations of the Llama-family forward pass (the Decoder's, decoder.hpp, which
+// Forward and BatchForward both run).
 #pragma once
 
 #include <algorithm>

@@ -208,14 +208,9 @@ PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const Ca
   TURBOKV_CHECK(n_layers >= 0 && n_layers <= 65536,
                 "make_prompt_cache: n_layers must be in [0, 65536], got {}", n_layers);
   PromptCache cache;
+  // Every layer, dense ones included, from the one registry (make_kv_cache).
   for (int i = 0; i < n_layers; ++i) {
-    const CacheConfig layer = layer_cache_config(config, i, n_layers);
-    if (layer.kind == "dense") {
-      cache.add_layer(std::make_unique<DenseKVCache>(kv_heads, head_dim, layer.dense_dtype,
-                                                     layer.dense_page_tokens));
-    } else {
-      cache.add_layer(make_kv_cache(kv_heads, head_dim, layer));
-    }
+    cache.add_layer(make_kv_cache(kv_heads, head_dim, layer_cache_config(config, i, n_layers)));
   }
   return cache;
 }

@@ -555,5 +555,26 @@ TEST(CacheRegistry, RegisteredMakersBuildTheirKind) {
   EXPECT_THROW(register_cache_maker("x", CacheMaker{}), Error);
 }
 
+// make_prompt_cache builds every layer through make_kv_cache, dense ones too (it used to build
+// dense layers itself, around the registry): a maker registered for "dense" builds both a dense
+// config's layers and the dense_layers of a TurboQuant one. The maker registered here builds
+// what the built-in one does, so the registration changes nothing for other tests.
+int registered_dense_calls = 0;
+
+TEST(CacheRegistry, PromptCacheBuildsDenseLayersThroughTheRegistry) {
+  register_cache_maker("dense", [](int kv_heads, int head_dim, const CacheConfig& c) {
+    ++registered_dense_calls;
+    return std::make_unique<DenseKVCache>(kv_heads, head_dim, c.dense_dtype, c.dense_page_tokens);
+  });
+  registered_dense_calls = 0;
+  const PromptCache dense = make_prompt_cache(3, 2, 16, parse_cache_config("dense"));
+  EXPECT_EQ(registered_dense_calls, 3);
+  const PromptCache mixed = make_prompt_cache(4, 2, 16, parse_cache_config("turboquant:dense_layers=0;3"));
+  EXPECT_EQ(registered_dense_calls, 5);
+  EXPECT_EQ(mixed.layer(0).class_name(), "dense");
+  EXPECT_EQ(mixed.layer(1).class_name(), "turboquant");
+  EXPECT_EQ(mixed.layer(3).class_name(), "dense");
+}
+
 }  // namespace
 }  // namespace turbokv

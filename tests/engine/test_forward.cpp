@@ -204,4 +204,15 @@ TEST(Forward, RejectsBadInput) {
   std::vector<turbokv::KVCache*> wrong_ptrs{ptrs[0], &wrong};
   EXPECT_THROW(forward.run(good, wrong_ptrs), turbokv::Error);
   EXPECT_THROW(Forward(t.model, pool, 0), turbokv::Error);
+  // A prompt runs in chunks of max_chunk (4) tokens, but all of it is checked before the first
+  // chunk touches a cache: a bad token in a later chunk leaves the caches empty.
+  const std::vector<int> bad_in_third_chunk{1, 2, 3, 4, 5, 6, 7, 8, 9, -1};
+  EXPECT_THROW(forward.run(bad_in_third_chunk, ptrs), turbokv::Error);
+  std::vector<float> logits(bad_in_third_chunk.size() * static_cast<size_t>(c.vocab_size));
+  EXPECT_THROW(forward.run_all_logits(bad_in_third_chunk, ptrs, logits), turbokv::Error);
+  for (const auto& cache : caches) EXPECT_EQ(cache->size(), 0u);
+  EXPECT_THROW(forward.run(std::vector<int>{}, ptrs), turbokv::Error);
+  const std::vector<int> ten{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  EXPECT_EQ(forward.run(ten, ptrs).size(), static_cast<size_t>(c.vocab_size));
+  for (const auto& cache : caches) EXPECT_EQ(cache->size(), ten.size());
 }
