@@ -493,7 +493,7 @@ Value builtin_global(const std::string& name) {
       }
       if (step == 0) in.fail("range() step must not be zero");
       const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
-      in.check_size(static_cast<size_t>(std::min(count, 1e18)));
+      in.check_list_size(static_cast<size_t>(std::min(count, 1e18)));
       std::vector<Value> out;
       for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
       return Value::list(std::move(out));

@@ -37,6 +37,12 @@ void Interpreter::check_size(size_t n) const {
   }
 }
 
+void Interpreter::check_list_size(size_t n) const {
+  if (n > limits_.max_list_items) {
+    fail("a list of " + std::to_string(n) + " items exceeds the limit of " + std::to_string(limits_.max_list_items));
+  }
+}
+
 Rendered Interpreter::run(const StmtList& program, const Value& context) {
   frames_.assign(1, {});
   if (context.is_mapping()) {
@@ -395,7 +401,7 @@ Value Interpreter::eval_binary(const Expr& e) {
       return concat(a, b);
     }
     if (a.is_list() && b.is_list()) {
-      check_size(a.items().size() + b.items().size());
+      check_list_size(a.items().size() + b.items().size());
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::list(std::move(items));
@@ -407,7 +413,10 @@ Value Interpreter::eval_binary(const Expr& e) {
     if (seq != nullptr && count->is_number() && count->kind() != Value::Kind::floating) {
       const int64_t n = std::max<int64_t>(0, count->as_int());
       const size_t unit = seq->is_string() ? seq->str().size() : seq->items().size();
-      if (unit != 0 && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit) check_size(limits_.max_output_bytes + 1);
+      const size_t cap = seq->is_string() ? limits_.max_output_bytes : limits_.max_list_items;
+      if (unit != 0 && static_cast<uint64_t>(n) > cap / unit) {
+        seq->is_string() ? check_size(cap + 1) : check_list_size(cap + 1);
+      }
       if (seq->is_string()) {
         StringBuilder out;
         for (int64_t k = 0; k < n; ++k) out.append(*seq);

@@ -23,6 +23,7 @@ class Interpreter {
   void step();
   // A string or list of `n` bytes (elements) is about to be built: refused past the limits.
   void check_size(size_t n) const;
+  void check_list_size(size_t n) const;
   std::time_t now() const { return now_; }
   const RenderLimits& limits() const { return limits_; }
 

@@ -66,7 +66,7 @@ class Parser {
     while (true) {
       const Token& t = cur();
       if (t.kind == Token::Kind::end) {
-        if (!ends.empty()) fail("missing {% " + ends.front() + " %} (the template ended inside a block)");
+        if (!ends.empty()) fail("missing {% " + ends.back() + " %} (the template ended inside a block)");
         return out;
       }
       if (t.kind == Token::Kind::text) {

@@ -26,10 +26,11 @@ namespace turbokv::jinja {
 struct StmtListHolder;
 
 // Bounds on one render, so a hostile or broken template cannot run away: output bytes (also the
-// largest string or list a template may build), statements and loop iterations executed, and
-// the depth of macro calls.
+// largest string a template may build), the longest list it may build (range, +, *), statements
+// and loop iterations executed, and the depth of macro calls.
 struct RenderLimits {
   size_t max_output_bytes = 8u << 20;
+  size_t max_list_items = 1u << 18;
   size_t max_steps = 2'000'000;
   int max_call_depth = 64;
 };
