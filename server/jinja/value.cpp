@@ -154,14 +154,14 @@ std::string python_float(double f) {
       std::string ip = digits.substr(0, std::min(digits.size(), static_cast<size_t>(exp10) + 1));
       ip.append(static_cast<size_t>(exp10) + 1 - ip.size(), '0');
       std::string fp = digits.size() > static_cast<size_t>(exp10) + 1 ? digits.substr(exp10 + 1) : "0";
-      out += ip + "." + fp;
+      out.append(ip).append(1, '.').append(fp);
     } else {
-      out += "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-exp10 - 1), '0').append(digits);
     }
     return out;
   }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  out.append(digits, 0, 1);
+  if (digits.size() > 1) out.append(1, '.').append(digits, 1, std::string::npos);
   char ex[16];
   std::snprintf(ex, sizeof ex, "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
   return out + ex;
