@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,8 @@
 #include "server/http/api_server.hpp"
 #include "server/scheduling/scheduler.hpp"
 #include "server/text/reasoning.hpp"
+#include "serve_process.hpp"
+#include "skip_policy.hpp"
 
 namespace turbokv::server {
 namespace {
@@ -177,6 +180,33 @@ TEST(Reasoning, AConversationTheTemplateRefusesIsA400WithItsMessage) {
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(res->body.find("Conversation roles must alternate"), std::string::npos) << res->body;
   api.shutdown(std::chrono::milliseconds(0));
+}
+
+// The binary: `serve --chat-template-file` runs a template file for a model without one (here
+// the llama2.c kjv model), and one the interpreter cannot run leaves chat on the plain format.
+TEST(Reasoning, ServeRunsAChatTemplateFile) {
+  if (!test::have_tool()) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
+  const std::string dir = ::testing::TempDir();
+  const std::string thinking = dir + "/thinking.jinja", broken = dir + "/broken.jinja";
+  std::ofstream(thinking) << kThinkingTemplate;
+  std::ofstream(broken) << "{% include 'elsewhere.jinja' %}";
+  const std::string model = std::string(TURBOKV_MODELS_DIR) + "/kjv-llama-3M.bin";
+  const std::string body =
+      json{{"messages", {{{"role", "user"}, {"content", "And God said"}}}}, {"max_tokens", 8}, {"temperature", 0}}.dump();
+  {
+    test::Serve s({"--model", model, "--chat-template-file", thinking, "--parallel", "2"});
+    ASSERT_TRUE(s.ready());
+    const json message = json::parse(test::body_of(s.post("/v1/chat/completions", body)))["choices"][0]["message"];
+    EXPECT_FALSE(message.value("reasoning_content", "").empty()) << message.dump();
+    EXPECT_EQ(message["content"], "");
+  }
+  {
+    test::Serve s({"--model", model, "--chat-template-file", broken, "--parallel", "2"});
+    ASSERT_TRUE(s.ready());
+    const json message = json::parse(test::body_of(s.post("/v1/chat/completions", body)))["choices"][0]["message"];
+    EXPECT_FALSE(message.contains("reasoning_content"));
+    EXPECT_FALSE(message["content"].get<std::string>().empty());
+  }
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <algorithm>
 #include <memory>
 #include <pthread.h>
@@ -35,6 +37,7 @@ struct ServeArgs {
   std::string model = engine::kDefaultModel;
   std::string tokenizer;
   std::string alias;
+  std::string chat_template_file;  // a Jinja chat template instead of the model's
   std::string synthetic_weights = "q8_0";
   std::shared_ptr<KvFlags> kv = std::make_shared<KvFlags>();
   server::HttpOptions http;
@@ -104,11 +107,20 @@ int run_serve(const ServeArgs& a) {
     const std::string path = engine::find_model_file(a.model);
     model = engine::load_model(path);
     tokenizer = engine::load_tokenizer_for_model(model, a.tokenizer);
+    std::string jinja, bos, eos;
     if (model.format == "gguf") {
       const auto gguf = engine::GgufFile::open(path);
-      chat_template = server::ChatTemplate::from_gguf(gguf.get_string_or("tokenizer.chat_template", ""),
-                                                      gguf_token_text(gguf, "tokenizer.ggml.bos_token_id"),
-                                                      gguf_token_text(gguf, "tokenizer.ggml.eos_token_id"));
+      jinja = gguf.get_string_or("tokenizer.chat_template", "");
+      bos = gguf_token_text(gguf, "tokenizer.ggml.bos_token_id");
+      eos = gguf_token_text(gguf, "tokenizer.ggml.eos_token_id");
+    }
+    if (!a.chat_template_file.empty()) {
+      std::ifstream f(a.chat_template_file, std::ios::binary);
+      if (!f) throw Error("serve: cannot read --chat-template-file " + a.chat_template_file);
+      jinja.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    if (model.format == "gguf" || !a.chat_template_file.empty()) {
+      chat_template = server::ChatTemplate::from_gguf(jinja, bos, eos);
       if (!chat_template.is_jinja()) {
         std::fprintf(stderr, "serve: %s; chat uses the %s format instead (README, \"Chat templates\")\n",
                      chat_template.fallback_reason().c_str(), chat_template.describe().c_str());
@@ -151,6 +163,9 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
       ->capture_default_str();
   app.add_option("--tokenizer", a->tokenizer, "tokenizer.bin (default: tok512.bin next to a .bin model; GGUF: its own)");
   app.add_option("--alias", a->alias, "model id the API lists and accepts (default: the file name)");
+  app.add_option("--chat-template-file", a->chat_template_file,
+                 "Jinja chat template to use instead of the model's tokenizer.chat_template (bos_token and "
+                 "eos_token: the GGUF's; empty for llama2.c models)");
   app.add_option("--host", a->http.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->http.port, "port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--api-key", a->http.api_key, "require Authorization: Bearer KEY on /v1/* and /metrics");
