@@ -469,9 +469,10 @@ Value get_slice(Interpreter& in, const Value& obj, const Value& start_v, const V
   slice_indices(in, n, start_v, stop_v, step_v, start, stop, step);
   if (obj.is_string() && step == 1) return substring(obj, at[static_cast<size_t>(start)], at[static_cast<size_t>(std::max(start, stop))]);
   std::vector<Value> picked;
-  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+  for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
     picked.push_back(obj.is_list() ? obj.items()[static_cast<size_t>(k)]
                                    : substring(obj, at[static_cast<size_t>(k)], at[static_cast<size_t>(k) + 1]));
+    if (__builtin_add_overflow(k, step, &k)) break;
   }
   if (obj.is_list()) return Value::list(std::move(picked));
   StringBuilder out;
@@ -493,9 +494,14 @@ Value builtin_global(const std::string& name) {
       }
       if (step == 0) in.fail("range() step must not be zero");
       const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
-      in.check_list_size(static_cast<size_t>(std::min(count, 1e18)));
+      // jinja2's sandbox (transformers renders in one) refuses ranges over 100,000 items too.
+      if (count > 100000) in.fail("range of " + python_float(count) + " items: the sandbox allows 100000");
+      in.check_list_size(static_cast<size_t>(count));
       std::vector<Value> out;
-      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
+      for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
+        out.push_back(Value::integer(k));
+        if (__builtin_add_overflow(k, step, &k)) break;
+      }
       return Value::list(std::move(out));
     });
   }
@@ -645,7 +651,12 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
   if (name == "string") return v.to_str();
   if (name == "safe") return v;
   if (name == "int") {
-    if (v.is_number()) return Value::integer(v.kind() == K::floating ? static_cast<int64_t>(v.as_float()) : v.as_int());
+    if (v.kind() == K::floating) {
+      const double f = v.as_float();
+      if (!(std::fabs(f) < 9.2e18)) in.fail("int: " + python_float(f) + " is out of range");  // NaN too
+      return Value::integer(static_cast<int64_t>(f));
+    }
+    if (v.is_number()) return Value::integer(v.as_int());
     if (v.is_string()) {
       try {
         size_t used = 0;
@@ -670,7 +681,9 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
   }
   if (name == "abs") {
     if (!v.is_number()) in.fail("abs needs a number");
-    return v.kind() == K::floating ? Value::floating(std::fabs(v.as_float())) : Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.kind() == K::floating) return Value::floating(std::fabs(v.as_float()));
+    if (v.as_int() == INT64_MIN) in.fail("integer overflow in abs");
+    return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
   }
   if (name == "round") {
     if (!v.is_number()) in.fail("round needs a number");
@@ -788,8 +801,14 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     for (Value x : iterate(in, v)) {
       if (attr && attr->is_string()) x = get_attribute(in, x, attr->str());
       if (!x.is_number() || !total.is_number()) in.fail("sum needs numbers");
-      total = total.kind() == K::floating || x.kind() == K::floating ? Value::floating(total.as_float() + x.as_float())
-                                                                        : Value::integer(total.as_int() + x.as_int());
+      int64_t sum = 0;
+      if (total.kind() == K::floating || x.kind() == K::floating) {
+        total = Value::floating(total.as_float() + x.as_float());
+      } else if (__builtin_add_overflow(total.as_int(), x.as_int(), &sum)) {
+        in.fail("integer overflow in sum");
+      } else {
+        total = Value::integer(sum);
+      }
     }
     return total;
   }

@@ -314,6 +314,7 @@ Value Interpreter::eval(const Expr& e) {
       if (!v.is_number()) fail(std::string("bad operand type for unary ") + e.name + ": '" + v.type_name() + "'");
       if (e.name == "+") return v.kind() == Value::Kind::boolean ? Value::integer(v.as_int()) : v;
       if (v.kind() == Value::Kind::floating) return Value::floating(-v.as_float());
+      if (v.as_int() == INT64_MIN) fail("integer overflow in unary -");
       return Value::integer(-v.as_int());
     }
     case Expr::Kind::binary: return eval_binary(e);
