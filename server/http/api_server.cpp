@@ -11,6 +11,7 @@
 #include <span>
 #include <nlohmann/json.hpp>
 
+#include "server/http/metrics_text.hpp"
 #include "server/http/openai_request.hpp"
 #include "server/text/reasoning.hpp"
 #include "turbokv/error.hpp"
@@ -60,10 +61,6 @@ json usage_json(const Usage& u) {
           // store_tokens (not an OpenAI field; clients ignore it): the part of cached_tokens that
           // came from the shared prefix store rather than this replica's own prefix cache.
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
-}
-
-void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
 }  // namespace
@@ -124,7 +121,10 @@ Reply ApiServer::route(const HttpRequest& req) {
     } else if (req.path == "/v1/models" && req.method == "GET") {
       if (const Backend* b = guard(req, res)) {
         json model = {{"id", b->model_id}, {"object", "model"}, {"created", now_seconds()}, {"owned_by", "turbokv"},
-                      {"meta", {{"context", b->scheduler->context()}, {"vocab", b->model->config.vocab_size}}}};
+                      {"meta",
+                       {{"context", b->scheduler->context()},
+                        {"vocab", b->model->config.vocab_size},
+                        {"kv_cache", format_cache_config(b->scheduler->options().cache)}}}};
         res = json_response({{"object", "list"}, {"data", json::array({model})}});
       }
     } else if ((req.path == "/v1/completions" || req.path == "/v1/chat/completions") && req.method == "POST") {
@@ -165,105 +165,14 @@ const Backend* ApiServer::guard(const HttpRequest& req, HttpResponse& refusal) c
 
 HttpResponse ApiServer::metrics() const {
   std::string out;
-  if (const Backend* b = backend_.load(); b != nullptr) {
-      const SchedulerMetrics m = b->scheduler->metrics();
-      const struct {
-        const char* name;
-        const char* type;
-        const char* help;
-        double value;
-      } metrics[] = {
-          {"turbokv_requests_running", "gauge", "Sequences in the running batch", static_cast<double>(m.running)},
-          {"turbokv_requests_waiting", "gauge", "Requests queued for admission", static_cast<double>(m.waiting)},
-          {"turbokv_requests_running_peak", "gauge", "Most sequences ever running at once",
-            static_cast<double>(m.peak_running)},
-          {"turbokv_kv_budget_bytes", "gauge", "The KV memory budget (--kv-budget)",
-            static_cast<double>(m.kv_budget)},
-          {"turbokv_kv_reserved_bytes", "gauge", "KV bytes reserved by running sequences",
-            static_cast<double>(m.kv_reserved)},
-          {"turbokv_kv_used_bytes", "gauge", "KV bytes allocated (running caches and prefix cache)",
-            static_cast<double>(m.kv_allocated)},
-          {"turbokv_kv_used_bytes_peak", "gauge", "Most KV bytes ever allocated at once",
-            static_cast<double>(m.peak_kv_allocated)},
-          {"turbokv_kv_tokens", "gauge", "Tokens held by running sequences' caches",
-            static_cast<double>(m.kv_tokens)},
-          {"turbokv_prefix_cache_bytes", "gauge", "Bytes held by the prefix cache",
-            static_cast<double>(m.prefix_cache_bytes)},
-          {"turbokv_prefix_cache_entries", "gauge", "Prefixes held by the prefix cache",
-            static_cast<double>(m.prefix_cache_entries)},
-          {"turbokv_prefix_cache_hits_total", "counter", "Admitted requests that restored a prefix",
-            static_cast<double>(m.prefix_cache_hits_total)},
-          {"turbokv_prefix_cache_misses_total", "counter", "Admitted requests with no stored prefix",
-            static_cast<double>(m.prefix_cache_misses_total)},
-          {"turbokv_prefix_cache_evictions_total", "counter", "Prefixes evicted for room",
-            static_cast<double>(m.prefix_cache_evictions_total)},
-          {"turbokv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests",
-            static_cast<double>(m.prompt_tokens_total)},
-          {"turbokv_prompt_tokens_cached_total", "counter", "Prompt tokens restored from the prefix cache",
-            static_cast<double>(m.prompt_tokens_cached_total)},
-          {"turbokv_prompt_tokens_computed_total", "counter", "Prompt tokens computed",
-            static_cast<double>(m.prompt_tokens_computed_total)},
-          {"turbokv_generation_tokens_total", "counter", "Tokens generated",
-            static_cast<double>(m.generated_tokens_total)},
-          {"turbokv_requests_finished_total", "counter", "Requests finished",
-            static_cast<double>(m.requests_finished_total)},
-          {"turbokv_requests_cancelled_total", "counter", "Requests cancelled (client gone)",
-            static_cast<double>(m.requests_cancelled_total)},
-          {"turbokv_requests_failed_total", "counter", "Requests failed",
-            static_cast<double>(m.requests_failed_total)},
-          {"turbokv_requests_rejected_total", "counter", "Requests refused with 429 (queue full)",
-            static_cast<double>(m.requests_rejected_total)},
-          {"turbokv_batch_sequences", "gauge", "Sequences in the last step",
-            static_cast<double>(m.last_batch_sequences)},
-          {"turbokv_batch_rows", "gauge", "Token rows in the last step", static_cast<double>(m.last_batch_rows)},
-          {"turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total)},
-          {"turbokv_step_seconds_total", "counter", "Seconds spent in forward steps",
-            static_cast<double>(m.step_seconds_total)},
-      };
-      for (const auto& x : metrics) metric(out, x.name, x.type, x.help, x.value);
-      if (m.prefix_store) {
-        const SharedPrefixMetrics& p = m.shared;
-        const std::remove_reference_t<decltype(metrics[0])> store[] = {
-            {"turbokv_prompt_tokens_store_total", "counter", "Prompt tokens restored from the shared prefix store",
-              static_cast<double>(m.prompt_tokens_store_total)},
-            {"turbokv_prefix_store_hits_total", "counter", "Admitted requests that restored a prefix from the store",
-              static_cast<double>(m.prefix_store_hits_total)},
-            {"turbokv_prefix_store_misses_total", "counter", "Admitted requests that took nothing from the store",
-              static_cast<double>(m.prefix_store_misses_total)},
-            {"turbokv_prefix_store_lookups_total", "counter", "Store lookups", static_cast<double>(p.lookups_total)},
-            {"turbokv_prefix_store_unavailable_total", "counter",
-              "Lookups that found the store down, slow or failing (the prompt was computed)",
-              static_cast<double>(p.unavailable_total)},
-            {"turbokv_prefix_store_evicted_total", "counter", "Values gone between EXISTS and GET",
-              static_cast<double>(p.evicted_total)},
-            {"turbokv_prefix_store_rejected_total", "counter",
-              "Stored values refused: truncated, corrupt, another model's or configuration's",
-              static_cast<double>(p.rejected_total)},
-            {"turbokv_prefix_store_offers_total", "counter", "Prefixes queued for the store",
-              static_cast<double>(p.offers_total)},
-            {"turbokv_prefix_store_offer_bytes_total", "counter", "Bytes of the prefixes queued for the store",
-              static_cast<double>(p.offer_bytes_total)},
-            {"turbokv_prefix_store_writes_total", "counter", "Values written to the store",
-              static_cast<double>(p.store.writes_total)},
-            {"turbokv_prefix_store_write_bytes_total", "counter", "Bytes written to the store",
-              static_cast<double>(p.store.write_bytes_total)},
-            {"turbokv_prefix_store_writes_failed_total", "counter", "Writes that failed (store down, slow, full)",
-              static_cast<double>(p.store.writes_failed_total)},
-            {"turbokv_prefix_store_writes_dropped_total", "counter", "Writes dropped: the write queue was full",
-              static_cast<double>(p.store.writes_dropped_total)},
-            {"turbokv_prefix_store_calls_failed_total", "counter", "Store calls that failed or timed out",
-              static_cast<double>(p.store.calls_failed_total)},
-        };
-        for (const auto& x : store) metric(out, x.name, x.type, x.help, x.value);
-      }
+  if (const Backend* b = backend_.load(); b != nullptr) out += scheduler_metrics_text(b->scheduler->metrics());
+  {
+    std::lock_guard lock(counters_->mutex);
+    out += "# HELP turbokv_http_responses_total HTTP responses by status\n# TYPE turbokv_http_responses_total counter\n";
+    for (const auto& [status, count] : counters_->responses) {
+      out += fmt::format("turbokv_http_responses_total{{status=\"{}\"}} {}\n", status, count);
     }
-    {
-      std::lock_guard lock(counters_->mutex);
-      out += "# HELP turbokv_http_responses_total HTTP responses by status\n# TYPE turbokv_http_responses_total counter\n";
-      for (const auto& [status, count] : counters_->responses) {
-        out += fmt::format("turbokv_http_responses_total{{status=\"{}\"}} {}\n", status, count);
-      }
-    }
+  }
   return HttpResponse{200, "text/plain; version=0.0.4", out, {}};
 }
 
@@ -592,18 +501,13 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
         throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
       }
     }
-    if (static_cast<int64_t>(prompt.tokens.size()) >= ctx) {
-      throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
-                                        "and at least one generated token must fit)", prompt.tokens.size(), ctx),
-                            chat ? "messages" : "prompt");
-    }
   }
   const SchedulerOptions& so = b.scheduler->options();
   if (prompts.size() * static_cast<size_t>(p.n) > static_cast<size_t>(so.parallel + so.max_queue)) {
     throw invalid_request(fmt::format("{} prompts x n = {} sequences; this server runs and queues at most {}",
                                       prompts.size(), p.n, so.parallel + so.max_queue), "n");
   }
-  // Only a prompt that fits is worth its marks (the work of the request ends here otherwise).
+  // Where the rendered messages end among the tokens: the points the prefix cache may store at.
   if (chat) prompts.front().marks = message_marks(tok, rendered, prompts.front().tokens);
 
   AnswerSpec spec;
@@ -641,6 +545,8 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
           reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
           reply.response.headers.emplace_back("Retry-After", "1");
           return reply;
+        case Scheduler::Admission::prompt_too_long:
+          throw invalid_request(why, chat ? "messages" : "prompt");
         case Scheduler::Admission::too_large:
           throw invalid_request(why, "max_tokens");
         default:
