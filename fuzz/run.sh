@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for a bounded time:  fuzz/run.sh NAME SECONDS [extra libFuzzer args]
-#   NAME: cache | cache_roundtrip | codec | gguf | llama2c | tokenizer_bin | bpe | prefix_value
+#   NAME: cache | cache_roundtrip | codec | gguf | llama2c | tokenizer_bin | bpe | prefix_value | jinja
 #         (fuzz/fuzz_NAME.cpp)
 # Configures and builds build-fuzz (clang-14, ASan+UBSan, libFuzzer) if needed, then fuzzes from
 # the committed seeds fuzz/corpus/NAME plus a scratch corpus build-fuzz/corpus/NAME (new inputs
@@ -23,6 +23,7 @@ case "$name" in
   llama2c) max_len=32768 ;;
   tokenizer_bin) max_len=16384 ;;
   prefix_value) max_len=65536 ;;
+  jinja) max_len=8192 ;;  # a template source
   *) echo "fuzz/run.sh: unknown target '$name'" >&2; exit 2 ;;
 esac
 

@@ -17,6 +17,7 @@ packages=(
   bible-kjv fortunes            # evaluation texts (see README)
   pybind11-dev python3-dev python3-numpy python3-pytest   # the Python package (python/), for /usr/bin/python3
   python3-venv python3-pip python3-setuptools python3-wheel  # `pip install .` into a venv, offline (pyproject.toml)
+  python3-jinja2                # the reference renderer chat templates are tested against (tests/server/jinja_reference.py)
 )
 
 # The server's end-to-end tests run the official openai npm client: node and npm from Debian

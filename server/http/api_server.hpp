@@ -29,7 +29,7 @@ struct Backend {
   std::string model_id;  // what /v1/models lists and requests may name
   const engine::Model* model = nullptr;
   const engine::Tokenizer* tokenizer = nullptr;
-  ChatFormat chat_format = ChatFormat::plain;
+  ChatTemplate chat_template;  // the model's Jinja template, or a native format
   Scheduler* scheduler = nullptr;
 };
 

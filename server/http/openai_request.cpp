@@ -29,7 +29,8 @@ constexpr const char* kCommonFields[] = {"model", "max_tokens", "temperature", "
                                          "stream_options", "stop", "seed", "presence_penalty",
                                          "frequency_penalty", "logit_bias", "logprobs", "user", "ignore_eos"};
 constexpr const char* kCompletionFields[] = {"prompt", "echo", "best_of"};
-constexpr const char* kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
+constexpr const char* kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format",
+                                       "chat_template_kwargs"};
 // OpenAI fields this server knows it does not implement (a clearer message than "unrecognized").
 constexpr const char* kUnsupportedFields[] = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "suffix",
@@ -283,6 +284,14 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
 
   if (chat) {
     out.messages = chat_messages(body);
+    // Extra variables for the model's chat template, as llama-server and vLLM accept them (e.g.
+    // {"enable_thinking": false} for Qwen 3).
+    if (present(body, "chat_template_kwargs")) {
+      if (!body.at("chat_template_kwargs").is_object()) {
+        throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+      }
+      out.chat_template_kwargs = body.at("chat_template_kwargs");
+    }
   } else {
     out.prompts = prompts(body);
   }

@@ -43,6 +43,7 @@ struct ParsedRequest {
   std::optional<std::string> model;
   std::vector<PromptInput> prompts;    // completions: one or several (a batch)
   std::vector<ChatMessage> messages;   // chat
+  nlohmann::json chat_template_kwargs; // chat: an object of template variables, or null
   bool stream = false;
   bool include_usage = false;
   bool max_tokens_given = false;

@@ -1,8 +1,134 @@
 #include "server/text/chat_template.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace turbokv::server {
+
+jinja::Value json_to_value(const nlohmann::json& j, bool marked) {
+  using jinja::Value;
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return Value::none();
+    case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: {
+      const auto u = j.get<uint64_t>();
+      return u <= static_cast<uint64_t>(INT64_MAX) ? Value::integer(static_cast<int64_t>(u)) : Value::floating(static_cast<double>(u));
+    }
+    case nlohmann::json::value_t::number_float: return Value::floating(j.get<double>());
+    case nlohmann::json::value_t::string: return marked ? Value::marked(j.get<std::string>()) : Value::string(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      std::vector<Value> items;
+      for (const auto& x : j) items.push_back(json_to_value(x, marked));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      jinja::Dict d;
+      for (const auto& [k, v] : j.items()) d.set(k, json_to_value(v, marked));
+      return Value::dict(std::move(d));
+    }
+    default: return Value::none();
+  }
+}
+
+namespace {
+
+jinja::Value messages_value(const std::vector<ChatMessage>& messages, size_t count) {
+  std::vector<jinja::Value> list;
+  for (size_t k = 0; k < count; ++k) {
+    jinja::Dict m;
+    // Templates know system, not OpenAI's newer developer role.
+    m.set("role", jinja::Value::marked(messages[k].role == "developer" ? "system" : messages[k].role));
+    m.set("content", jinja::Value::marked(messages[k].content));
+    list.push_back(jinja::Value::dict(std::move(m)));
+  }
+  return jinja::Value::list(std::move(list));
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_gguf(const std::string& jinja, std::string bos_token, std::string eos_token) {
+  ChatTemplate t(detect_chat_format(jinja));
+  t.bos_token_ = std::move(bos_token);
+  t.eos_token_ = std::move(eos_token);
+  if (jinja.empty()) {
+    t.fallback_reason_ = "the model has no chat template";
+    return t;
+  }
+  try {
+    t.jinja_ = std::make_shared<const jinja::Template>(jinja);
+    t.thinks_ = jinja.find("<think>") != std::string::npos;
+    (void)t.render({{"user", "Hello"}});  // a template that cannot render one message is no use
+  } catch (const turbokv::Error& e) {
+    t.jinja_.reset();
+    t.thinks_ = false;
+    t.fallback_reason_ = std::string("the model's chat template cannot be run: ") + e.what();
+  }
+  return t;
+}
+
+std::string ChatTemplate::describe() const {
+  return is_jinja() ? "jinja (the model's tokenizer.chat_template)" : chat_format_name(format_);
+}
+
+jinja::Rendered ChatTemplate::render_jinja(const jinja::Value& context, size_t input_bytes) const {
+  if (!jinja_) throw ChatTemplateError("no Jinja chat template");
+  // The output may repeat the input a few times (tojson of tools, a system prompt per turn);
+  // past that a template is running away.
+  jinja::RenderLimits limits;
+  limits.max_output_bytes = std::max<size_t>(limits.max_output_bytes, 4 * input_bytes);
+  try {
+    return jinja_->render(context, limits);
+  } catch (const jinja::Error& e) {
+    throw ChatTemplateError(std::string("chat template: ") + e.what());
+  }
+}
+
+RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs) const {
+  if (!jinja_) return render_chat(format_, messages);
+  return render_with_jinja(messages, kwargs);
+}
+
+RenderedChat ChatTemplate::render_with_jinja(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs) const {
+  auto context = [&](size_t count, bool generation_prompt) {
+    jinja::Dict d;
+    if (kwargs.is_object()) {
+      for (const auto& [k, v] : kwargs.items()) d.set(k, json_to_value(v, true));
+    }
+    d.set("messages", messages_value(messages, count));
+    d.set("add_generation_prompt", jinja::Value::boolean(generation_prompt));
+    d.set("bos_token", jinja::Value::string(bos_token_));
+    d.set("eos_token", jinja::Value::string(eos_token_));
+    return jinja::Value::dict(std::move(d));
+  };
+  size_t input_bytes = kwargs.is_object() ? kwargs.dump().size() : 0;
+  for (const auto& m : messages) input_bytes += m.content.size() + m.role.size();
+  jinja::Rendered full = render_jinja(context(messages.size(), true), input_bytes);
+  RenderedChat out;
+  out.add_bos = false;  // as transformers: the template writes BOS itself where the model wants one
+  out.text = std::move(full.text);
+  for (const jinja::Span& m : full.marks) out.contents.push_back({m.begin, m.end});
+  // Where messages end, for the prefix cache: the conversation cut after message k renders to a
+  // prefix of this text (templates may render earlier turns differently once later ones exist,
+  // e.g. Qwen 3 drops old reasoning; then there is no mark). Only after the first message (a
+  // shared system prompt) and the last two (the next turn's prefix): each costs a render.
+  std::vector<size_t> cuts = {1, messages.size() - 1, messages.size()};
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  for (const size_t k : cuts) {
+    if (k == 0 || k > messages.size()) continue;
+    try {
+      const std::string part = render_jinja(context(k, false), input_bytes).text;
+      if (!part.empty() && out.text.compare(0, part.size(), part) == 0 &&
+          (out.message_ends.empty() || out.message_ends.back() < part.size())) {
+        out.message_ends.push_back(part.size());
+      }
+    } catch (const ChatTemplateError&) {
+      // e.g. a template that wants the conversation to end with a user turn: no mark there
+    }
+  }
+  return out;
+}
 
 const char* chat_format_name(ChatFormat format) {
   switch (format) {

@@ -1,16 +1,22 @@
 // Chat templates: a conversation (role, content messages) -> the prompt text a chat model was
-// trained on. GGUF files carry the template as a Jinja program (tokenizer.chat_template); we
-// recognize the families we render natively instead of running Jinja:
+// trained on. GGUF files carry the template as a Jinja program (tokenizer.chat_template), which
+// ChatTemplate runs with the project's Jinja interpreter (server/jinja/) as transformers'
+// apply_chat_template would. Where that is impossible (no template, or one using what the
+// interpreter lacks: reported at start-up) it falls back to a format rendered natively, chosen
+// from the template's text:
 //   llama3  "<|start_header_id|>" in the template (Llama 3.x Instruct);
 //   chatml  "<|im_start|>" (Qwen 2.5 / Qwen 3, many others);
 //   plain   anything else, and llama2.c models: "role: content" lines then "assistant:",
-//           documented in README; an unrecognized GGUF template is reported at start-up.
+//           documented in README.
 #pragma once
 
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.hpp"
+#include "server/jinja/template.hpp"
 
 namespace turbokv::server {
 
@@ -41,6 +47,48 @@ struct RenderedChat {
 
 // The prompt for `messages`, ending with the assistant's turn header.
 RenderedChat render_chat(ChatFormat format, const std::vector<ChatMessage>& messages);
+
+// A chat the template refused (its raise_exception, or an error rendering these messages): the
+// client's fault, answered 400.
+struct ChatTemplateError : turbokv::Error {
+  using turbokv::Error::Error;
+};
+
+// A JSON value as a template value; `marked`: its strings came from a client (see jinja/value.hpp).
+jinja::Value json_to_value(const nlohmann::json& j, bool marked);
+
+// The renderer serve uses: a GGUF's Jinja template, or one of the native formats.
+class ChatTemplate {
+ public:
+  ChatTemplate(ChatFormat format = ChatFormat::plain) : format_(format) {}  // NOLINT: a format is a template
+  // The model's template (tokenizer.chat_template) with its BOS and EOS strings. When the Jinja
+  // interpreter cannot run it (it does not parse, or a one-message probe chat fails to render),
+  // the native format detect_chat_format picks is used and fallback_reason() says why.
+  static ChatTemplate from_gguf(const std::string& jinja, std::string bos_token, std::string eos_token);
+
+  bool is_jinja() const { return jinja_ != nullptr; }
+  std::string describe() const;  // "jinja (the model's tokenizer.chat_template)" or a format name
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  // Whether the template writes <think> tags (a reasoning model: replies split into
+  // reasoning_content and content).
+  bool thinks() const { return thinks_; }
+
+  // The prompt for `messages` ending with the assistant's turn header. `kwargs` (a JSON object or
+  // null: the request's chat_template_kwargs, e.g. {"enable_thinking": false}) become template
+  // variables; native formats ignore them. Throws ChatTemplateError when the template refuses.
+  RenderedChat render(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs = nullptr) const;
+  // The Jinja render alone (tests): the template's text for these variables; `input_bytes`
+  // (what the client sent) scales the output limit. Throws ChatTemplateError.
+  jinja::Rendered render_jinja(const jinja::Value& context, size_t input_bytes = 0) const;
+
+ private:
+  RenderedChat render_with_jinja(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs) const;
+
+  ChatFormat format_ = ChatFormat::plain;
+  std::shared_ptr<const jinja::Template> jinja_;
+  std::string bos_token_, eos_token_, fallback_reason_;
+  bool thinks_ = false;
+};
 
 // Token counts at which each chat message ends, where the prompt's tokens `ids` (the encoding of
 // chat.text) agree with encoding the text up to there on its own (true at the special tokens

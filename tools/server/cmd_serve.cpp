@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <algorithm>
 #include <memory>
 #include <pthread.h>
@@ -35,6 +37,7 @@ struct ServeArgs {
   std::string model = engine::kDefaultModel;
   std::string tokenizer;
   std::string alias;
+  std::string chat_template_file;  // a Jinja chat template instead of the model's
   std::string synthetic_weights = "q8_0";
   std::shared_ptr<KvFlags> kv = std::make_shared<KvFlags>();
   server::HttpOptions http;
@@ -52,6 +55,16 @@ struct ServeArgs {
   server::RedisStoreOptions redis;
   double shutdown_grace = 30;
 };
+
+// The text of a special token named by a GGUF id key (tokenizer.ggml.bos_token_id, ...): the chat
+// template's bos_token / eos_token. Empty when the file lacks either.
+std::string gguf_token_text(const engine::GgufFile& gguf, const std::string& id_key) {
+  const int64_t id = gguf.get_int_or(id_key, -1);
+  if (id < 0 || !gguf.has("tokenizer.ggml.tokens") || static_cast<uint64_t>(id) >= gguf.array_size("tokenizer.ggml.tokens")) {
+    return "";
+  }
+  return gguf.get_string_array("tokenizer.ggml.tokens")[static_cast<size_t>(id)];
+}
 
 int run_serve(const ServeArgs& a) {
   // Signals are taken by sigwait() below, so every thread must block them (threads inherit it).
@@ -86,7 +99,7 @@ int run_serve(const ServeArgs& a) {
   // Load the model while /health says 503.
   engine::Model model;
   std::unique_ptr<engine::Tokenizer> tokenizer;
-  server::ChatFormat chat_format = server::ChatFormat::plain;
+  server::ChatTemplate chat_template;
   std::string model_id = a.alias;
   if (a.model.rfind("synthetic:", 0) == 0) {
     ThreadPool pool(a.threads);
@@ -98,24 +111,33 @@ int run_serve(const ServeArgs& a) {
     const std::string path = engine::find_model_file(a.model);
     model = engine::load_model(path);
     tokenizer = engine::load_tokenizer_for_model(model, a.tokenizer);
+    std::string jinja, bos, eos;
     if (model.format == "gguf") {
       const auto gguf = engine::GgufFile::open(path);
-      const std::string jinja = gguf.get_string_or("tokenizer.chat_template", "");
-      chat_format = server::detect_chat_format(jinja);
-      if (chat_format == server::ChatFormat::plain) {
-        std::fprintf(stderr, "serve: %s; chat uses the plain format (\"role: content\" lines, then \"assistant:\")\n",
-                     jinja.empty() ? "the model has no chat template" : "the model's chat template is not one we render "
-                                                                           "(Llama 3, ChatML)");
+      jinja = gguf.get_string_or("tokenizer.chat_template", "");
+      bos = gguf_token_text(gguf, "tokenizer.ggml.bos_token_id");
+      eos = gguf_token_text(gguf, "tokenizer.ggml.eos_token_id");
+    }
+    if (!a.chat_template_file.empty()) {
+      std::ifstream f(a.chat_template_file, std::ios::binary);
+      if (!f) throw Error("serve: cannot read --chat-template-file " + a.chat_template_file);
+      jinja.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    if (model.format == "gguf" || !a.chat_template_file.empty()) {
+      chat_template = server::ChatTemplate::from_gguf(jinja, bos, eos);
+      if (!chat_template.is_jinja()) {
+        std::fprintf(stderr, "serve: %s; chat uses the %s format instead (README, \"Chat templates\")\n",
+                     chat_template.fallback_reason().c_str(), chat_template.describe().c_str());
       }
     }
     if (model_id.empty()) model_id = std::filesystem::path(path).filename().string();
   }
   server::Scheduler scheduler(model, *tokenizer, so);
-  api.attach({model_id, &model, tokenizer.get(), chat_format, &scheduler});
+  api.attach({model_id, &model, tokenizer.get(), chat_template, &scheduler});
   const size_t fp16_seq = scheduler.footprint().fp16_bytes(static_cast<size_t>(scheduler.context()));
   std::printf("model %s: %d layers, %d kv heads x %d, context %d, weights %s; chat %s\n", model_id.c_str(),
               model.config.n_layers, model.config.n_kv_heads, model.config.head_dim, scheduler.context(),
-              model.weight_type_summary().c_str(), server::chat_format_name(chat_format));
+              model.weight_type_summary().c_str(), chat_template.describe().c_str());
   std::printf("kv cache %s, pages of %zu tokens; budget %zu bytes = %.1f full-context sequences (fp16: %.1f)\n",
               kv_cache_label(so.cache).c_str(), so.page_tokens, so.kv_budget,
               static_cast<double>(so.kv_budget) / static_cast<double>(scheduler.reservation(static_cast<size_t>(scheduler.context()))),
@@ -145,6 +167,9 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
       ->capture_default_str();
   app.add_option("--tokenizer", a->tokenizer, "tokenizer.bin (default: tok512.bin next to a .bin model; GGUF: its own)");
   app.add_option("--alias", a->alias, "model id the API lists and accepts (default: the file name)");
+  app.add_option("--chat-template-file", a->chat_template_file,
+                 "Jinja chat template to use instead of the model's tokenizer.chat_template (bos_token and "
+                 "eos_token: the GGUF's; empty for llama2.c models)");
   app.add_option("--host", a->http.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->http.port, "port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--api-key", a->http.api_key, "require Authorization: Bearer KEY on /v1/* and /metrics");
