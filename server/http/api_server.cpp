@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http/openai_request.hpp"
+#include "server/http/prefix_tier_metrics.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
@@ -56,9 +57,11 @@ json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          // store_tokens (not an OpenAI field; clients ignore it): the part of cached_tokens that
-          // came from the shared prefix store rather than this replica's own prefix cache.
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
+          // disk_tokens and store_tokens (not OpenAI fields; clients ignore them): the parts of
+          // cached_tokens that came from this server's disk tier and from the shared prefix store
+          // rather than its in-process prefix cache.
+          {"prompt_tokens_details",
+           {{"cached_tokens", u.cached_tokens}, {"disk_tokens", u.disk_tokens}, {"store_tokens", u.store_tokens}}}};
 }
 
 void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
@@ -220,41 +223,7 @@ HttpResponse ApiServer::metrics() const {
             static_cast<double>(m.step_seconds_total)},
       };
       for (const auto& x : metrics) metric(out, x.name, x.type, x.help, x.value);
-      if (m.prefix_store) {
-        const SharedPrefixMetrics& p = m.shared;
-        const std::remove_reference_t<decltype(metrics[0])> store[] = {
-            {"turbokv_prompt_tokens_store_total", "counter", "Prompt tokens restored from the shared prefix store",
-              static_cast<double>(m.prompt_tokens_store_total)},
-            {"turbokv_prefix_store_hits_total", "counter", "Admitted requests that restored a prefix from the store",
-              static_cast<double>(m.prefix_store_hits_total)},
-            {"turbokv_prefix_store_misses_total", "counter", "Admitted requests that took nothing from the store",
-              static_cast<double>(m.prefix_store_misses_total)},
-            {"turbokv_prefix_store_lookups_total", "counter", "Store lookups", static_cast<double>(p.lookups_total)},
-            {"turbokv_prefix_store_unavailable_total", "counter",
-              "Lookups that found the store down, slow or failing (the prompt was computed)",
-              static_cast<double>(p.unavailable_total)},
-            {"turbokv_prefix_store_evicted_total", "counter", "Values gone between EXISTS and GET",
-              static_cast<double>(p.evicted_total)},
-            {"turbokv_prefix_store_rejected_total", "counter",
-              "Stored values refused: truncated, corrupt, another model's or configuration's",
-              static_cast<double>(p.rejected_total)},
-            {"turbokv_prefix_store_offers_total", "counter", "Prefixes queued for the store",
-              static_cast<double>(p.offers_total)},
-            {"turbokv_prefix_store_offer_bytes_total", "counter", "Bytes of the prefixes queued for the store",
-              static_cast<double>(p.offer_bytes_total)},
-            {"turbokv_prefix_store_writes_total", "counter", "Values written to the store",
-              static_cast<double>(p.store.writes_total)},
-            {"turbokv_prefix_store_write_bytes_total", "counter", "Bytes written to the store",
-              static_cast<double>(p.store.write_bytes_total)},
-            {"turbokv_prefix_store_writes_failed_total", "counter", "Writes that failed (store down, slow, full)",
-              static_cast<double>(p.store.writes_failed_total)},
-            {"turbokv_prefix_store_writes_dropped_total", "counter", "Writes dropped: the write queue was full",
-              static_cast<double>(p.store.writes_dropped_total)},
-            {"turbokv_prefix_store_calls_failed_total", "counter", "Store calls that failed or timed out",
-              static_cast<double>(p.store.calls_failed_total)},
-        };
-        for (const auto& x : store) metric(out, x.name, x.type, x.help, x.value);
-      }
+      append_prefix_tier_metrics(out, m);  // disk tier, shared store
     }
     {
       std::lock_guard lock(counters_->mutex);
@@ -394,6 +363,7 @@ Usage total_usage(const std::vector<Choice>& choices) {
     u.prompt_tokens += c.last.usage.prompt_tokens;
     u.cached_tokens += c.last.usage.cached_tokens;
     u.store_tokens += c.last.usage.store_tokens;
+    u.disk_tokens += c.last.usage.disk_tokens;
   }
   return u;
 }
