@@ -3,7 +3,8 @@
 # separately, quantize only that layer's keys (values at 8 bits, about exact) or only its values,
 # every other layer dense, and print the KL of `turbokv eval` per width. The contributions add
 # up (to within ~10%) to the KL of quantizing everything, so the table drives the per-layer
-# widths of the tq3.5 / tq4 schemes (docs/benchmarks.md).
+# widths of the tq3.5 / tq4 schemes (docs/history/benchmarks-notebook.md, "Where the KL comes
+# from").
 #   scripts/kl-sources.sh [BUILD_DIR] [EXTRA]   EXTRA: options of every configuration,
 #   default sinks=1,window=4,exact=f16 (the schemes' exact regions); "" for none.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Draws the benchmark figures of docs/benchmarks.md (issue 6) as PNG files in docs/, with gnuplot,
-# from the benchmarks' --json outputs saved under docs/data/:
+# Draws the benchmark figures of docs/history/benchmarks-notebook.md (issue 6) as PNG files in
+# docs/, with gnuplot, from the benchmarks' --json outputs saved under docs/data/:
 #   docs/data/eval_kjv.json, docs/data/eval_stories.json   turbokv eval --json
 #   docs/data/decode_llama-3.2-1b_q8_0.json                turbokv decode-bench --json
 #   docs/data/attention_bench.jsonl                        turbokv attention-bench --json, one per line
@@ -21,7 +21,8 @@ THREADS=${THREADS:-0}
 DATA=${DATA:-docs/data}
 mkdir -p "$DATA"
 
-# The configurations of the quality tables (docs/benchmarks.md, "Quality: turbokv eval").
+# The configurations of the quality tables (docs/history/benchmarks-notebook.md, "Quality:
+# turbokv eval").
 # TurboQuant names use norm correction (the default); -nonc rows show it off, -ctr rows exact
 # centering on the mean of 8 exact first tokens.
 EVAL_KV="dense16,tq8,tq4,tq3.5,tq3,tq2.5,tq2,k4v2,k4v3,k3v2,prod3,prod4,tq3w64,tq4w64,tq3s4,tq4s8,tq4s8-ctr,tq3s8-ctr,tq2s8-ctr,tq4-f32n,tq8-f32n,tq4-nonc,tq3.5-nonc,tq3-nonc,tq2.5-nonc,tq2-nonc,q8_0,q4_0,q8_0h,q4_0h,kivi2,kivi4,affine4,affine8"
@@ -121,7 +122,8 @@ fi
 
 if [[ -f "$DATA/attention_bench.jsonl" ]]; then
   # CPU time / threads when the bench gives it (the wall clock of a loaded machine measures the
-  # scheduler; see the fused-attention section of docs/benchmarks.md), else wall time.
+  # scheduler; see the fused-attention section of docs/history/benchmarks-notebook.md), else
+  # wall time.
   jq -r '(.cpu // .) as $t | [(.key_bits | tostring), .context, $t.fp16_ms, $t.dequant_ms, $t.fused_ms] | @tsv' \
     "$DATA/attention_bench.jsonl" > "$tmp/attention.tsv"
   widths=$(jq -rs '[.[].key_bits | tostring] | unique | join(" ")' "$DATA/attention_bench.jsonl")

@@ -1,4 +1,4 @@
-// Helpers the attention tests share: random data, relative L2 error, the kernel tables this CPU
+// Helpers the attention tests share (with test_util.hpp's random data): relative L2 error, the kernel tables this CPU
 // runs, and forcing one of them for a scope.
 #pragma once
 
@@ -10,15 +10,9 @@
 #include "attention/attention_kernels.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/kv_cache.hpp"
+#include "test_util.hpp"
 
 namespace turbokv::test {
-
-inline std::vector<float> random_vector(size_t n, std::mt19937& rng, float sigma = 1.0f) {
-  std::normal_distribution<float> g(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng);
-  return v;
-}
 
 // ||a - b|| / ||b||.
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {

@@ -225,8 +225,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPo
   if (n < 0) throw Error(fmt::format("matmul: negative batch size {}", n));
   if (n == 1) return matvec(w, x, y, pool);
   // Q8_0 weights: matmul_rowwise's four-activation integer kernel beats decoding rows to float
-  // (prefill of the 1B-shaped model 1.25x; docs/benchmarks.md, "Engine kernels on the Intel VM"),
-  // and gives each row the bits matvec gives it, so a prompt's logits are the server's.
+  // (prefill of the 1B-shaped model 1.25x; docs/history/benchmarks-notebook.md, "Engine kernels
+  // on the Intel VM"), and gives each row the bits matvec gives it, so a prompt's logits are the
+  // server's.
   if (w.type == GgmlType::Q8_0 && q8_activations() && std::string_view(kernel_isa()) == "avx2") {
     return matmul_rowwise(w, x, n, y, pool);
   }
@@ -307,7 +308,8 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
                       g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
     // Q8_0 weights with AVX-512: register tiles of 4 rows x 4 activations over block pairs (same
     // bits again). From 8 activations on: at 4 the packing of every weight row costs about what
-    // the tiles save (docs/benchmarks.md, "AVX-512 register tiles").
+    // the tiles save (docs/history/benchmarks-notebook.md, "Prefill with AVX-512 register
+    // tiles").
     if (vnni && batch >= 8 && g_use_avx512.load(std::memory_order_relaxed) && detail::avx512_tile_available()) {
       return detail::matmul_q8_0_avx512(base, stride, rows, cols, xq, q8_stride, batch, y, pool);
     }

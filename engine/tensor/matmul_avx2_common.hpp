@@ -36,9 +36,9 @@ TKV_AVX2 inline float load_half(const uint8_t* p) {
 // prefetchers alone keep too few lines in flight for these kernels: the Q8_0 matvec read 12.5
 // GB/s where a plain 2-thread read reaches 23 (its ~13 instructions per 34-byte block fill the
 // out-of-order window long before many loads are outstanding). A software prefetch this far ahead
-// of the read position, one per 64 bytes or so consumed, brought it to 20.5 GB/s (docs/
-// benchmarks.md, "Decode matvec, batched steps and llama.cpp on this VM"). Reading past a
-// matrix's end is harmless: a prefetch never faults and changes no result.
+// of the read position, one per 64 bytes or so consumed, brought it to 20.5 GB/s (docs/history/
+// benchmarks-notebook.md, "Decode matvec, batched steps and llama.cpp on this VM"). Reading
+// past a matrix's end is harmless: a prefetch never faults and changes no result.
 inline constexpr size_t kWeightPrefetchBytes = 4096;
 
 TKV_AVX2 inline void prefetch_weights(const uint8_t* at) {

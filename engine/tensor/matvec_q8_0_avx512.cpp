@@ -7,8 +7,8 @@
 // keeps in flight, i.e. by how few instructions it spends per byte. The AVX2 kernel
 // (dot_q8_row_q8_0) spends ~13 per 34-byte block; this one ~9 per 68-byte pair (the Q8_0 matvec
 // of the 1B-shaped model read ~20 GB/s with the AVX2 kernel, ~22.5 with this one, where a plain
-// read of the same mapping reached ~23; docs/benchmarks.md, "Decode matvec, batched steps and
-// llama.cpp on this VM").
+// read of the same mapping reached ~23; docs/history/benchmarks-notebook.md, "Decode matvec,
+// batched steps and llama.cpp on this VM").
 //
 // Same bits as dot_q8_row_q8_0: that kernel keeps an even-block and an odd-block accumulator of
 // eight float lanes, each block adding (dw * dx) * (its eight int32 sums of four products) with

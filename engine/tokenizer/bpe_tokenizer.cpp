@@ -86,6 +86,12 @@ uint32_t decode_utf8(std::string_view s, size_t i, size_t& length) {
 
 uint32_t byte_to_codepoint(uint8_t b) { return alphabet().to_cp[b]; }
 
+std::string byte_symbol(uint8_t b) {
+  std::string s;
+  append_utf8(s, byte_to_codepoint(b));
+  return s;
+}
+
 int codepoint_to_byte(uint32_t cp) { return cp < alphabet().to_byte.size() ? alphabet().to_byte[cp] : -1; }
 
 struct BpeTokenizer::Regex {
@@ -203,8 +209,7 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int>& out) c
   std::vector<std::string> symbols;
   std::string whole;
   for (char c : bytes) {
-    std::string s;
-    append_utf8(s, byte_to_codepoint(static_cast<uint8_t>(c)));
+    std::string s = byte_symbol(static_cast<uint8_t>(c));
     whole += s;
     symbols.push_back(std::move(s));
   }

@@ -84,5 +84,7 @@ class BpeTokenizer : public Tokenizer {
 // points that spell no byte).
 uint32_t byte_to_codepoint(uint8_t b);
 int codepoint_to_byte(uint32_t cp);
+// Byte b's symbol in that alphabet, UTF-8 encoded: how a vocabulary's base tokens are spelled.
+std::string byte_symbol(uint8_t b);
 
 }  // namespace turbokv::engine

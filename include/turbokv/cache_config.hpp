@@ -24,7 +24,10 @@
 //   q8_0 | q4_0 | q8_0h | q4_0h           llama.cpp block types; h = Hadamard-rotated rows
 //   kivi2 | kivi4 [r<N>]                  KIVI, residual N recent tokens (default 32)
 //   affine4 | affine8 | affine2           mlx-lm QuantizedKVCache, group 64
-//   anything with ':'                     the long form, parse_cache_config (prompt_cache.hpp)
+//   anything with ':', or a cache class     the long form, parse_cache_config (prompt_cache.hpp):
+//   name alone (dense, turboquant, kivi)  kind:key=value,... ("turboquant:bits=3,window=32")
+// parse_kv_config is the one entry for every spelling: eval's --kv lists, decode-bench, the
+// --cache flag of generate and serve, the Python binding's cache=, serve-bench's configs.
 //
 // A configuration that cannot apply to a shape (a group larger than, or not dividing, the head
 // row) is "not applicable": kv_config_problem() says why, make_kv_cache throws
@@ -60,9 +63,10 @@ struct KvRequest {
   std::optional<size_t> window;
   // Unset: 1 with a TurboQuant cache. Keeping the BOS token exact costs 2*head_dim floats per kv
   // head and layer; at head_dim 8 (stories260K) its key norm is large enough that even 8-bit
-  // codes move its logit by ~1 and flip near-ties (see the issue 5 note in docs/benchmarks.md).
+  // codes move its logit by ~1 and flip near-ties (docs/history/benchmarks-notebook.md,
+  // "Engine (issue 5)").
   std::optional<size_t> sinks;
-  std::string cache;                 // any cache string (parse_cache_config); excludes the bits
+  std::string cache;                 // a name or string parse_kv_config reads; excludes the bits
   std::optional<std::string> exact;  // storage of sinks and window: f16 or f32
   // How attention multiplies TurboQuant codes (AttentionArithmetic): unset = int8 for the caches
   // built from bits (measured within 2% of the exact path's KL on kjv, several times cheaper;
@@ -72,10 +76,11 @@ struct KvRequest {
 
 // The cache `request` asks for; without any bits: `default_bits` TurboQuant bits (serve), or the
 // dense fp16 cache when default_bits is empty (generate, Python). Bits 3.5 and 4 with a window
-// name the measured schemes (tq3.5 / tq4). The exact regions of a TurboQuant cache are stored as
-// `default_exact` unless `exact` (or the scheme) says otherwise. Throws turbokv::Error on a
-// contradictory combination.
-CacheConfig kv_request_config(const KvRequest& request, std::optional<double> default_bits, DenseDtype default_exact);
+// name the measured schemes (tq3.5 / tq4). The exact regions of a TurboQuant cache are stored in
+// fp16 unless `exact` says f32 (the schemes measured best so; generate, serve and Python used to
+// differ here, issue 28). The front ends differ only in `default_bits`, so one request builds
+// one cache everywhere. Throws turbokv::Error on a contradictory combination.
+CacheConfig kv_request_config(const KvRequest& request, std::optional<double> default_bits);
 
 struct KVConfigSpec {
   std::string name;         // as written

@@ -86,7 +86,7 @@ struct TurboQuantCacheOptions {
   bool fp32_norm = false;
   // Rescales each stored norm so the decoded vector has the input's norm (the codebook's
   // centroids shrink a vector); lowers logit KL by a third on kjv-llama-3M at 2-4 bits, so it
-  // is the default (docs/benchmarks.md).
+  // is the default (docs/history/benchmarks-notebook.md, "Quality: turbokv eval").
   bool norm_correction = true;
   size_t window = 0;  // the newest `window` tokens kept exact (exact_dtype)
   size_t sinks = 0;   // the first `sinks` tokens kept exact (exact_dtype)

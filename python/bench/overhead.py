@@ -1,4 +1,4 @@
-"""Python overhead of a decode step (docs/benchmarks.md, "Python binding overhead").
+"""Python overhead of a decode step (docs/history/benchmarks-notebook.md, "Python binding").
 
 One decode token into a TurboQuant cache of TOKENS tokens (8 kv heads, head_dim 128, 32 query
 heads, 4 bits): ``update_and_fetch`` (append + dequantize the whole cache into new numpy

@@ -38,7 +38,7 @@ CacheConfig cache_config(const KvArgs& a) {
   if (a.kv_window) request.window = non_negative(*a.kv_window, "kv_window");
   if (a.kv_sinks) request.sinks = non_negative(*a.kv_sinks, "kv_sinks");
   if (a.cache) request.cache = *a.cache;
-  return kv_request_config(request, std::nullopt, DenseDtype::f32);  // as generate: no bits, dense fp16
+  return kv_request_config(request, std::nullopt);  // as generate: no bits, dense fp16
 }
 
 // What the CLI prints for a piece: control bytes other than whitespace are dropped.
@@ -210,7 +210,18 @@ void bind_model(py::module_& m) {
              std::copy(flat.begin(), flat.end(), out.mutable_data());
              return out;
            },
-           py::arg("tokens"), TURBOKV_KV_ARGS);
+           py::arg("tokens"), TURBOKV_KV_ARGS)
+      .def(
+          "cache_config",
+          [](const PyModel&, std::optional<double> kv_bits, std::optional<double> key_bits,
+             std::optional<double> value_bits, std::optional<long long> kv_window, std::optional<long long> kv_sinks,
+             std::optional<std::string> cache) {
+            return format_cache_config(
+                cache_config(kv_args(kv_bits, key_bits, value_bits, kv_window, kv_sinks, std::move(cache))));
+          },
+          TURBOKV_KV_ARGS,
+          "The canonical cache string these keyword arguments build (as generate and logits use it): the same "
+          "one `turbokv generate --json` reports as cache_config for the same flags.");
 }
 
 }  // namespace turbokv::python

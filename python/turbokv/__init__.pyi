@@ -132,3 +132,12 @@ class Model:
         kv_sinks: int | None = None,
         cache: str | None = None,
     ) -> npt.NDArray[np.float32]: ...
+    def cache_config(
+        self,
+        kv_bits: float | None = None,
+        key_bits: float | None = None,
+        value_bits: float | None = None,
+        kv_window: int | None = None,
+        kv_sinks: int | None = None,
+        cache: str | None = None,
+    ) -> str: ...

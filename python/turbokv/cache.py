@@ -57,7 +57,8 @@ class _Cache:
         cache's keys and values (dequantized, in the input's dtype), as mlx-lm's call does.
 
         Returning every token means dequantizing every token on every call: for decoding, use
-        ``turbokv.attention(queries, cache)`` on the packed codes instead (see docs/benchmarks.md).
+        ``turbokv.attention(queries, cache)`` on the packed codes instead (see
+        docs/history/benchmarks-notebook.md, "Python binding").
         """
         _check_kv(keys, values)
         batch, kv_heads, _, head_dim = keys.shape

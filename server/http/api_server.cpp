@@ -11,8 +11,8 @@
 #include <span>
 #include <nlohmann/json.hpp>
 
+#include "server/http/metrics_text.hpp"
 #include "server/http/openai_request.hpp"
-#include "server/http/prefix_tier_metrics.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
@@ -62,10 +62,6 @@ json usage_json(const Usage& u) {
           // rather than its in-process prefix cache.
           {"prompt_tokens_details",
            {{"cached_tokens", u.cached_tokens}, {"disk_tokens", u.disk_tokens}, {"store_tokens", u.store_tokens}}}};
-}
-
-void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
 }  // namespace
@@ -126,7 +122,10 @@ Reply ApiServer::route(const HttpRequest& req) {
     } else if (req.path == "/v1/models" && req.method == "GET") {
       if (const Backend* b = guard(req, res)) {
         json model = {{"id", b->model_id}, {"object", "model"}, {"created", now_seconds()}, {"owned_by", "turbokv"},
-                      {"meta", {{"context", b->scheduler->context()}, {"vocab", b->model->config.vocab_size}}}};
+                      {"meta",
+                       {{"context", b->scheduler->context()},
+                        {"vocab", b->model->config.vocab_size},
+                        {"kv_cache", format_cache_config(b->scheduler->options().cache)}}}};
         res = json_response({{"object", "list"}, {"data", json::array({model})}});
       }
     } else if ((req.path == "/v1/completions" || req.path == "/v1/chat/completions") && req.method == "POST") {
@@ -167,71 +166,14 @@ const Backend* ApiServer::guard(const HttpRequest& req, HttpResponse& refusal) c
 
 HttpResponse ApiServer::metrics() const {
   std::string out;
-  if (const Backend* b = backend_.load(); b != nullptr) {
-      const SchedulerMetrics m = b->scheduler->metrics();
-      const struct {
-        const char* name;
-        const char* type;
-        const char* help;
-        double value;
-      } metrics[] = {
-          {"turbokv_requests_running", "gauge", "Sequences in the running batch", static_cast<double>(m.running)},
-          {"turbokv_requests_waiting", "gauge", "Requests queued for admission", static_cast<double>(m.waiting)},
-          {"turbokv_requests_running_peak", "gauge", "Most sequences ever running at once",
-            static_cast<double>(m.peak_running)},
-          {"turbokv_kv_budget_bytes", "gauge", "The KV memory budget (--kv-budget)",
-            static_cast<double>(m.kv_budget)},
-          {"turbokv_kv_reserved_bytes", "gauge", "KV bytes reserved by running sequences",
-            static_cast<double>(m.kv_reserved)},
-          {"turbokv_kv_used_bytes", "gauge", "KV bytes allocated (running caches and prefix cache)",
-            static_cast<double>(m.kv_allocated)},
-          {"turbokv_kv_used_bytes_peak", "gauge", "Most KV bytes ever allocated at once",
-            static_cast<double>(m.peak_kv_allocated)},
-          {"turbokv_kv_tokens", "gauge", "Tokens held by running sequences' caches",
-            static_cast<double>(m.kv_tokens)},
-          {"turbokv_prefix_cache_bytes", "gauge", "Bytes held by the prefix cache",
-            static_cast<double>(m.prefix_cache_bytes)},
-          {"turbokv_prefix_cache_entries", "gauge", "Prefixes held by the prefix cache",
-            static_cast<double>(m.prefix_cache_entries)},
-          {"turbokv_prefix_cache_hits_total", "counter", "Admitted requests that restored a prefix",
-            static_cast<double>(m.prefix_cache_hits_total)},
-          {"turbokv_prefix_cache_misses_total", "counter", "Admitted requests with no stored prefix",
-            static_cast<double>(m.prefix_cache_misses_total)},
-          {"turbokv_prefix_cache_evictions_total", "counter", "Prefixes evicted for room",
-            static_cast<double>(m.prefix_cache_evictions_total)},
-          {"turbokv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests",
-            static_cast<double>(m.prompt_tokens_total)},
-          {"turbokv_prompt_tokens_cached_total", "counter", "Prompt tokens restored from the prefix cache",
-            static_cast<double>(m.prompt_tokens_cached_total)},
-          {"turbokv_prompt_tokens_computed_total", "counter", "Prompt tokens computed",
-            static_cast<double>(m.prompt_tokens_computed_total)},
-          {"turbokv_generation_tokens_total", "counter", "Tokens generated",
-            static_cast<double>(m.generated_tokens_total)},
-          {"turbokv_requests_finished_total", "counter", "Requests finished",
-            static_cast<double>(m.requests_finished_total)},
-          {"turbokv_requests_cancelled_total", "counter", "Requests cancelled (client gone)",
-            static_cast<double>(m.requests_cancelled_total)},
-          {"turbokv_requests_failed_total", "counter", "Requests failed",
-            static_cast<double>(m.requests_failed_total)},
-          {"turbokv_requests_rejected_total", "counter", "Requests refused with 429 (queue full)",
-            static_cast<double>(m.requests_rejected_total)},
-          {"turbokv_batch_sequences", "gauge", "Sequences in the last step",
-            static_cast<double>(m.last_batch_sequences)},
-          {"turbokv_batch_rows", "gauge", "Token rows in the last step", static_cast<double>(m.last_batch_rows)},
-          {"turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total)},
-          {"turbokv_step_seconds_total", "counter", "Seconds spent in forward steps",
-            static_cast<double>(m.step_seconds_total)},
-      };
-      for (const auto& x : metrics) metric(out, x.name, x.type, x.help, x.value);
-      append_prefix_tier_metrics(out, m);  // disk tier, shared store
+  if (const Backend* b = backend_.load(); b != nullptr) out += scheduler_metrics_text(b->scheduler->metrics());
+  {
+    std::lock_guard lock(counters_->mutex);
+    out += "# HELP turbokv_http_responses_total HTTP responses by status\n# TYPE turbokv_http_responses_total counter\n";
+    for (const auto& [status, count] : counters_->responses) {
+      out += fmt::format("turbokv_http_responses_total{{status=\"{}\"}} {}\n", status, count);
     }
-    {
-      std::lock_guard lock(counters_->mutex);
-      out += "# HELP turbokv_http_responses_total HTTP responses by status\n# TYPE turbokv_http_responses_total counter\n";
-      for (const auto& [status, count] : counters_->responses) {
-        out += fmt::format("turbokv_http_responses_total{{status=\"{}\"}} {}\n", status, count);
-      }
-    }
+  }
   return HttpResponse{200, "text/plain; version=0.0.4", out, {}};
 }
 

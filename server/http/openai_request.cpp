@@ -148,6 +148,64 @@ std::vector<std::pair<int, float>> logit_bias(const json& body, int vocab) {
   return out;
 }
 
+std::vector<std::string> stop_strings(const json& body) {
+  std::vector<std::string> out;
+  if (!present(body, "stop")) return out;
+  const json& stop = body.at("stop");
+  if (stop.is_string()) {
+    out.push_back(stop.get<std::string>());
+  } else if (stop.is_array() && stop.size() <= 4) {
+    for (const auto& s : stop) {
+      if (!s.is_string()) throw invalid_request("'stop' must be a string or a list of up to 4 strings", "stop");
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    throw invalid_request("'stop' must be a string or a list of up to 4 strings", "stop");
+  }
+  return out;
+}
+
+std::vector<ChatMessage> chat_messages(const json& body) {
+  if (!present(body, "messages") || !body.at("messages").is_array() || body.at("messages").empty()) {
+    throw invalid_request("'messages' must be a non-empty array", "messages");
+  }
+  std::vector<ChatMessage> out;
+  size_t i = 0;
+  for (const auto& m : body.at("messages")) {
+    if (!m.is_object() || !m.contains("role") || !m.at("role").is_string()) {
+      throw invalid_request(fmt::format("messages[{}] must be an object with a string 'role'", i), "messages");
+    }
+    const auto role = m.at("role").get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
+      throw invalid_request(fmt::format("messages[{}].role '{}' is not supported (system, developer, user, "
+                                        "assistant)", i, role), "messages");
+    }
+    out.push_back({role, message_content(m.contains("content") ? m.at("content") : json(), i)});
+    ++i;
+  }
+  return out;
+}
+
+// A string, a list of token ids, or a list of several of those (a batch: n choices each).
+std::vector<PromptInput> prompts(const json& body) {
+  if (!present(body, "prompt")) throw invalid_request("'prompt' is required", "prompt");
+  const json& prompt = body.at("prompt");
+  const bool batch = prompt.is_array() && !prompt.empty() && (prompt.at(0).is_string() || prompt.at(0).is_array());
+  std::vector<PromptInput> out;
+  for (const json& one : batch ? prompt : json::array({prompt})) {
+    if (one.is_string()) {
+      out.push_back({one.get<std::string>(), {}, false});
+    } else if (one.is_array() && !one.empty()) {
+      PromptInput tokens{"", {}, true};
+      for (const auto& id : one) tokens.tokens.push_back(token_id(id, "prompt"));
+      out.push_back(std::move(tokens));
+    } else {
+      throw invalid_request("'prompt' must be a string, a list of token ids, or a list of those", "prompt");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 ParsedRequest parse_request(const std::string& body_text, bool chat, int context, int vocab) {
@@ -198,19 +256,7 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
   } else {
     out.generation.sampling.seed = std::random_device{}();
   }
-  if (present(body, "stop")) {
-    const json& stop = body.at("stop");
-    if (stop.is_string()) {
-      out.generation.stop.push_back(stop.get<std::string>());
-    } else if (stop.is_array() && stop.size() <= 4) {
-      for (const auto& s : stop) {
-        if (!s.is_string()) throw invalid_request("'stop' must be a string or a list of up to 4 strings", "stop");
-        out.generation.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      throw invalid_request("'stop' must be a string or a list of up to 4 strings", "stop");
-    }
-  }
+  out.generation.stop = stop_strings(body);
   out.stream = bool_field(body, "stream");
   if (present(body, "stream_options")) {
     const json& so = body.at("stream_options");
@@ -236,38 +282,9 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
   }
 
   if (chat) {
-    if (!present(body, "messages") || !body.at("messages").is_array() || body.at("messages").empty()) {
-      throw invalid_request("'messages' must be a non-empty array", "messages");
-    }
-    size_t i = 0;
-    for (const auto& m : body.at("messages")) {
-      if (!m.is_object() || !m.contains("role") || !m.at("role").is_string()) {
-        throw invalid_request(fmt::format("messages[{}] must be an object with a string 'role'", i), "messages");
-      }
-      const auto role = m.at("role").get<std::string>();
-      if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
-        throw invalid_request(fmt::format("messages[{}].role '{}' is not supported (system, developer, user, "
-                                          "assistant)", i, role), "messages");
-      }
-      out.messages.push_back({role, message_content(m.contains("content") ? m.at("content") : json(), i)});
-      ++i;
-    }
-    return out;
-  }
-  if (!present(body, "prompt")) throw invalid_request("'prompt' is required", "prompt");
-  // A string, a list of token ids, or a list of several of those (a batch: n choices each).
-  const json& prompt = body.at("prompt");
-  const bool batch = prompt.is_array() && !prompt.empty() && (prompt.at(0).is_string() || prompt.at(0).is_array());
-  for (const json& one : batch ? prompt : json::array({prompt})) {
-    if (one.is_string()) {
-      out.prompts.push_back({one.get<std::string>(), {}, false});
-    } else if (one.is_array() && !one.empty()) {
-      PromptInput tokens{"", {}, true};
-      for (const auto& id : one) tokens.tokens.push_back(token_id(id, "prompt"));
-      out.prompts.push_back(std::move(tokens));
-    } else {
-      throw invalid_request("'prompt' must be a string, a list of token ids, or a list of those", "prompt");
-    }
+    out.messages = chat_messages(body);
+  } else {
+    out.prompts = prompts(body);
   }
   return out;
 }

@@ -4,11 +4,11 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <random>
 #include <string>
 
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
+#include "turbokv/prng.hpp"
 #include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv::server {
@@ -32,12 +32,11 @@ std::vector<size_t> measure_layer(const CacheConfig& config, int kv_heads, int h
                                   size_t chunk) {
   std::vector<size_t> per_layer(max_tokens + 1, 0);
   // Gaussian vectors: their norms fit every codec (the bytes do not depend on the values).
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  SplitMix64 rng(7);
   const size_t row = static_cast<size_t>(kv_heads) * head_dim;
   std::vector<float> keys(row * chunk), values(row * chunk);
-  for (auto& x : keys) x = normal(rng);
-  for (auto& x : values) x = normal(rng);
+  for (auto& x : keys) x = static_cast<float>(rng.normal());
+  for (auto& x : values) x = static_cast<float>(rng.normal());
   for (const size_t step : {size_t{1}, chunk}) {
     auto cache = make_kv_cache(kv_heads, head_dim, config);
     per_layer[0] = std::max(per_layer[0], allocated_bytes(*cache));

@@ -130,7 +130,8 @@ struct KernelTable {
   // Code widths (bit b set: b bits) the attention source sends to the int8 kernels; other widths
   // attend exactly. The kernels take 2-4 bits everywhere, but AVX2's 3-bit decode (a byte
   // shuffle, a multiply and a pack per 32 codes) made the int8 path slower than the exact one
-  // for 3-bit codes (docs/benchmarks.md), so the AVX2 table leaves them to the exact path.
+  // for 3-bit codes (docs/history/benchmarks-notebook.md, "Integer attention"), so the AVX2
+  // table leaves them to the exact path.
   unsigned int8_widths;
 };
 

@@ -7,14 +7,14 @@
 
 namespace turbokv {
 
-CacheConfig kv_request_config(const KvRequest& a, std::optional<double> default_bits, DenseDtype default_exact) {
+CacheConfig kv_request_config(const KvRequest& a, std::optional<double> default_bits) {
   const bool any_bits = a.kv_bits || a.key_bits || a.value_bits;
   if (!a.cache.empty()) {
     if (any_bits) throw Error("a cache string (--cache, cache=) cannot be combined with bits (--kv-bits/--key-bits/--value-bits, kv_bits=...)");
     if (a.window || a.sinks || a.exact) {
       throw Error("a cache string (--cache, cache=) takes window=, sinks= and exact= inside it, not as --kv-window/--kv-sinks/--kv-exact or kv_window=/kv_sinks=");
     }
-    CacheConfig config = parse_cache_config(a.cache);
+    CacheConfig config = parse_kv_config(a.cache).config;  // a short name (tq4) or a kind:key=value string
     if (a.attention) config.tq.int8_attention = *a.attention == "int8";
     return config;
   }
@@ -36,7 +36,7 @@ CacheConfig kv_request_config(const KvRequest& a, std::optional<double> default_
   config.tq.key_codec = parse_codec_kind(a.codec);
   config.tq.window = a.window.value_or(32);
   config.tq.sinks = a.sinks.value_or(1);
-  config.tq.exact_dtype = a.exact ? parse_dense_dtype(*a.exact) : default_exact;
+  config.tq.exact_dtype = a.exact ? parse_dense_dtype(*a.exact) : DenseDtype::f16;
   config.tq.int8_attention = a.attention.value_or("int8") == "int8";
   // Bits 3.5 / 4 name the measured schemes (eval's tq3.5 / tq4): their code widths (and per-layer
   // widths, if any) and fp16 exact tokens unless `exact` says otherwise; how many sinks and window

@@ -156,6 +156,8 @@ std::string format_cache_config(const CacheConfig& c) {
     items.push_back(fmt::format("window={}", t.window));
     items.push_back(fmt::format("sinks={}", t.sinks));
     if (t.center) items.push_back("center=1");
+    // Written even without exact tokens: an f16 cache rounds every input to fp16 before encoding
+    // (TurboQuantCacheOptions), so its codes differ from an f32 one's.
     if (t.exact_dtype != DenseDtype::f32) items.push_back("exact=" + dense_dtype_name(t.exact_dtype));
     if (t.int8_attention) items.push_back("attention=int8");
     items.push_back(fmt::format("page_tokens={}", t.page_tokens));

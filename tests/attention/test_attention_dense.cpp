@@ -18,7 +18,7 @@ using turbokv::AttentionOptions;
 using turbokv::DenseDtype;
 using turbokv::DenseKVCache;
 
-using turbokv::test::random_vector;
+using turbokv::test::random_normal;
 using turbokv::test::rel_l2;
 using TableGuard = turbokv::test::KernelTableGuard;
 
@@ -27,7 +27,7 @@ std::vector<const turbokv::attn::KernelTable*> tables() { return turbokv::test::
 // Fills a cache with n random tokens (keys scaled up so the softmax is not flat).
 void fill(DenseKVCache& cache, size_t n, std::mt19937& rng) {
   const size_t count = static_cast<size_t>(cache.kv_heads()) * n * cache.head_dim();
-  cache.append(random_vector(count, rng, 2.0f), random_vector(count, rng), n);
+  cache.append(random_normal(count, rng, 2.0f), random_normal(count, rng), n);
 }
 
 struct Case {
@@ -41,7 +41,7 @@ struct Case {
 void check_case(const Case& c, std::mt19937& rng) {
   DenseKVCache cache(c.kv_heads, c.head_dim, c.dtype, c.page_tokens);
   fill(cache, c.tokens, rng);
-  const auto q = random_vector(static_cast<size_t>(c.q_heads) * c.n_queries * c.head_dim, rng);
+  const auto q = random_normal(static_cast<size_t>(c.q_heads) * c.n_queries * c.head_dim, rng);
   std::vector<float> expected(q.size()), got(q.size());
   turbokv::attend_dequantized(q, c.q_heads, c.n_queries, cache, expected, c.options);
   for (const auto* table : tables()) {
@@ -102,9 +102,9 @@ TEST(AttentionDense, PrefillChunkEqualsTokenByTokenDecode) {
   const size_t prefix = 70;
   DenseKVCache cache(kv_heads, dim, DenseDtype::f16, 64);
   fill(cache, prefix, rng);
-  const auto k = random_vector(static_cast<size_t>(kv_heads) * chunk * dim, rng, 2.0f);
-  const auto v = random_vector(k.size(), rng);
-  const auto q = random_vector(static_cast<size_t>(q_heads) * chunk * dim, rng);
+  const auto k = random_normal(static_cast<size_t>(kv_heads) * chunk * dim, rng, 2.0f);
+  const auto v = random_normal(k.size(), rng);
+  const auto q = random_normal(static_cast<size_t>(q_heads) * chunk * dim, rng);
   // Token by token: append one token, attend its query.
   DenseKVCache step_cache(kv_heads, dim, DenseDtype::f16, 64);
   std::vector<float> prefix_k(static_cast<size_t>(kv_heads) * prefix * dim), prefix_v(prefix_k.size());

@@ -20,6 +20,9 @@
 #include "attention_test_util.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::same_bits;
 
 namespace {
 
@@ -37,13 +40,6 @@ std::vector<const KernelTable*> simd_tables() {
   if (const KernelTable* k = turbokv::attn::avx2_kernel_table()) t.push_back(k);
   if (const KernelTable* k = turbokv::attn::vnni_kernel_table()) t.push_back(k);
   return t;
-}
-
-bool same_bits(float a, float b) {
-  uint32_t x, y;
-  std::memcpy(&x, &a, 4);
-  std::memcpy(&y, &b, 4);
-  return x == y;
 }
 
 // Position j of a table's layout holds coordinate order[j]; checks it is a permutation.
@@ -300,7 +296,7 @@ TEST(AttentionInt8Kernels, WeightRoundingMatchesScalar) {
   }
 }
 
-using turbokv::test::random_vector;
+using turbokv::test::random_normal;
 using turbokv::test::rel_l2;
 using TableGuard = turbokv::test::KernelTableGuard;
 
@@ -326,9 +322,9 @@ void check_close_to_exact(const Shape& s, double tolerance, std::mt19937& rng) {
   o.center = s.center;
   TurboQuantKVCache cache(s.kv_heads, s.head_dim, o);
   const size_t count = static_cast<size_t>(s.kv_heads) * s.tokens * s.head_dim;
-  const auto keys = random_vector(count, rng, 2.0f), values = random_vector(count, rng);
+  const auto keys = random_normal(count, rng, 2.0f), values = random_normal(count, rng);
   cache.append(keys, values, s.tokens);
-  const auto q = random_vector(static_cast<size_t>(s.q_heads) * s.n_queries * s.head_dim, rng);
+  const auto q = random_normal(static_cast<size_t>(s.q_heads) * s.n_queries * s.head_dim, rng);
   AttentionOptions exact_options, int8_options;
   exact_options.arithmetic = AttentionArithmetic::exact;
   int8_options.arithmetic = AttentionArithmetic::int8;
@@ -412,8 +408,8 @@ TEST(AttentionInt8, FallsBackToExactWhereItDoesNotApply) {
     o.key_codec = c.key_codec;
     TurboQuantKVCache cache(2, c.head_dim, o);
     const size_t count = size_t{2} * 50 * c.head_dim;
-    cache.append(random_vector(count, rng), random_vector(count, rng), 50);
-    const auto q = random_vector(size_t{4} * c.head_dim, rng);
+    cache.append(random_normal(count, rng), random_normal(count, rng), 50);
+    const auto q = random_normal(size_t{4} * c.head_dim, rng);
     AttentionOptions exact_options, int8_options;
     exact_options.arithmetic = AttentionArithmetic::exact;
     int8_options.arithmetic = AttentionArithmetic::int8;
@@ -432,8 +428,8 @@ TEST(AttentionInt8, WidthsATableLeavesOutAttendExactly) {
   TurboQuantCacheOptions o;
   o.key_bits = o.value_bits = 3;
   TurboQuantKVCache cache(2, 64, o);
-  cache.append(random_vector(2 * 60 * 64, rng), random_vector(2 * 60 * 64, rng), 60);
-  const auto q = random_vector(4 * 64, rng);
+  cache.append(random_normal(2 * 60 * 64, rng), random_normal(2 * 60 * 64, rng), 60);
+  const auto q = random_normal(4 * 64, rng);
   AttentionOptions exact_options, int8_options;
   exact_options.arithmetic = AttentionArithmetic::exact;
   int8_options.arithmetic = AttentionArithmetic::int8;
@@ -449,8 +445,8 @@ TEST(AttentionInt8, CacheOptionSelectsTheIntegerPath) {
   TurboQuantCacheOptions o;
   o.int8_attention = true;
   TurboQuantKVCache cache(2, 64, o);
-  cache.append(random_vector(2 * 40 * 64, rng), random_vector(2 * 40 * 64, rng), 40);
-  const auto q = random_vector(4 * 64, rng);
+  cache.append(random_normal(2 * 40 * 64, rng), random_normal(2 * 40 * 64, rng), 40);
+  const auto q = random_normal(4 * 64, rng);
   AttentionOptions by_default, int8_options, exact_options;
   int8_options.arithmetic = AttentionArithmetic::int8;
   exact_options.arithmetic = AttentionArithmetic::exact;
@@ -467,10 +463,10 @@ TEST(AttentionInt8, CacheOptionSelectsTheIntegerPath) {
 TEST(AttentionInt8, NonFiniteQueryTouchesOnlyItsHead) {
   std::mt19937 rng(8);
   TurboQuantKVCache cache(1, 64, TurboQuantCacheOptions{});
-  cache.append(random_vector(30 * 64, rng), random_vector(30 * 64, rng), 30);
+  cache.append(random_normal(30 * 64, rng), random_normal(30 * 64, rng), 30);
   AttentionOptions o;
   o.arithmetic = AttentionArithmetic::int8;
-  const auto clean_q = random_vector(2 * 64, rng);
+  const auto clean_q = random_normal(2 * 64, rng);
   std::vector<float> clean(clean_q.size());
   turbokv::attend(clean_q, 2, 1, cache, clean, o);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {

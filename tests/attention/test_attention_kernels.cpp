@@ -12,6 +12,9 @@
 
 #include "attention/attention_kernels.hpp"
 #include "turbokv/half.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 namespace {
 
@@ -24,13 +27,6 @@ std::vector<const KernelTable*> simd_tables() {
   if (turbokv::attn::avx2_kernel_table() != nullptr) t.push_back(turbokv::attn::avx2_kernel_table());
   if (turbokv::attn::vnni_kernel_table() != nullptr) t.push_back(turbokv::attn::vnni_kernel_table());
   return t;
-}
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> g;
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng);
-  return v;
 }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
@@ -47,7 +43,7 @@ TEST(AttentionKernels, PackedGroupsMatchScalar) {
   const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
   std::mt19937 rng(9);
   for (int bits = 1; bits <= 8; ++bits) {
-    const auto table = random_floats(1u << bits, rng);
+    const auto table = random_normal(1u << bits, rng);
     for (int dims : {5, 13, 40, 64, 67, 80, 100, 128}) {
       for (size_t offset : {size_t{0}, size_t{3}}) {
         CodeGroup g;
@@ -63,11 +59,11 @@ TEST(AttentionKernels, PackedGroupsMatchScalar) {
           for (auto& b : records) b = static_cast<uint8_t>(rng());
           for (int rows = 1; rows <= 8; ++rows) {
             const size_t stride = g.padded_dims() + 3;
-            auto q = random_floats(rows * stride, rng);
+            auto q = random_normal(rows * stride, rng);
             for (int r = 0; r < rows; ++r) {
               for (size_t j = dims; j < stride; ++j) q[r * stride + j] = 0.0f;  // padding
             }
-            std::vector<float> want(rows * kBlockTokens, 1.0f), w = random_floats(rows * kBlockTokens, rng);
+            std::vector<float> want(rows * kBlockTokens, 1.0f), w = random_normal(rows * kBlockTokens, rng);
             std::vector<float> acc_want(rows * stride, 0.5f);
             scalar.group_dots(q.data(), stride, rows, records.data(), code_size, n, g, want.data(), kBlockTokens, true);
             scalar.group_accumulate(w.data(), kBlockTokens, rows, records.data(), code_size, n, g, acc_want.data(), stride);
@@ -115,12 +111,12 @@ TEST(AttentionKernels, DenseMatchScalar) {
   std::mt19937 rng(10);
   for (int dim : {3, 8, 13, 64, 100}) {
     for (size_t n : {size_t{1}, size_t{5}, size_t{kBlockTokens}}) {
-      const auto kf = random_floats(n * dim, rng);
+      const auto kf = random_normal(n * dim, rng);
       std::vector<uint16_t> kh(kf.size());
       for (size_t i = 0; i < kf.size(); ++i) kh[i] = turbokv::float_to_half(kf[i]);
       for (int rows = 1; rows <= 8; ++rows) {
-        const auto q = random_floats(rows * dim, rng);
-        const auto w = random_floats(rows * kBlockTokens, rng);
+        const auto q = random_normal(rows * dim, rng);
+        const auto w = random_normal(rows * kBlockTokens, rng);
         std::vector<float> s16(rows * kBlockTokens), s32(rows * kBlockTokens);
         std::vector<float> a16(rows * dim, 0.25f), a32(rows * dim, 0.25f);
         scalar.dots_f16(q.data(), dim, rows, kh.data(), n, dim, s16.data(), kBlockTokens);
@@ -158,11 +154,11 @@ TEST(AttentionKernels, SoftmaxUpdateMatchesScalar) {
   const size_t width = 19;
   for (float softcap : {0.0f, 5.0f}) {
     for (size_t n : {size_t{1}, size_t{9}, size_t{kBlockTokens}}) {
-      auto scores = random_floats(rows * kBlockTokens, rng);
+      auto scores = random_normal(rows * kBlockTokens, rng);
       for (auto& s : scores) s *= 8.0f;
       const size_t visible[rows] = {n, 0, n / 2, 1, n + 3};
       std::vector<float> m0 = {-INFINITY, 0.5f, 2.0f, -1.0f, 30.0f}, l0 = {0, 1, 2, 3, 4};
-      const auto acc0 = random_floats(rows * width, rng);
+      const auto acc0 = random_normal(rows * width, rng);
       std::vector<float> s_want = scores, m_want = m0, l_want = l0, acc_want = acc0;
       scalar.softmax_update(s_want.data(), kBlockTokens, rows, n, visible, 0.7f, softcap, m_want.data(),
                             l_want.data(), acc_want.data(), width, width);
@@ -198,7 +194,7 @@ TEST(AttentionKernels, LoadNormsMatchScalar) {
         // fp16 norms include a subnormal and zero besides ordinary magnitudes.
         std::vector<uint8_t> records(n * stride + 8);
         for (auto& b : records) b = static_cast<uint8_t>(rng());
-        const auto values = random_floats(n, rng);
+        const auto values = random_normal(n, rng);
         for (size_t t = 0; t < n; ++t) {
           uint8_t* p = records.data() + t * stride + 1;
           if (fp32) {

@@ -22,7 +22,7 @@ using turbokv::TurboQuantCacheOptions;
 using turbokv::TurboQuantCodecKind;
 using turbokv::TurboQuantKVCache;
 
-using turbokv::test::random_vector;
+using turbokv::test::random_normal;
 using turbokv::test::rel_l2;
 using TableGuard = turbokv::test::KernelTableGuard;
 
@@ -50,8 +50,8 @@ void check_case(const Case& c, std::mt19937& rng) {
   TurboQuantKVCache cache(c.kv_heads, c.head_dim, c.cache);
   const size_t count = static_cast<size_t>(c.kv_heads) * c.tokens * c.head_dim;
   // Keys with a spread that makes the softmax peaked, values plain Gaussian.
-  cache.append(random_vector(count, rng, 2.0f), random_vector(count, rng), c.tokens);
-  const auto q = random_vector(static_cast<size_t>(c.q_heads) * c.n_queries * c.head_dim, rng);
+  cache.append(random_normal(count, rng, 2.0f), random_normal(count, rng), c.tokens);
+  const auto q = random_normal(static_cast<size_t>(c.q_heads) * c.n_queries * c.head_dim, rng);
   std::vector<float> expected(q.size()), got(q.size());
   turbokv::attend_dequantized(q, c.q_heads, c.n_queries, cache, expected, c.options);
   for (const auto* table : tables()) {
@@ -199,11 +199,11 @@ TEST(AttentionTurboQuant, PrefillChunkEqualsTokenByTokenDecode) {
   options.value_bits = 4;
   options.sinks = 4;
   options.page_tokens = 40;
-  const auto pk = random_vector(static_cast<size_t>(kv_heads) * prefix * dim, rng, 2.0f);
-  const auto pv = random_vector(pk.size(), rng);
-  const auto k = random_vector(static_cast<size_t>(kv_heads) * chunk * dim, rng, 2.0f);
-  const auto v = random_vector(k.size(), rng);
-  const auto q = random_vector(static_cast<size_t>(q_heads) * chunk * dim, rng);
+  const auto pk = random_normal(static_cast<size_t>(kv_heads) * prefix * dim, rng, 2.0f);
+  const auto pv = random_normal(pk.size(), rng);
+  const auto k = random_normal(static_cast<size_t>(kv_heads) * chunk * dim, rng, 2.0f);
+  const auto v = random_normal(k.size(), rng);
+  const auto q = random_normal(static_cast<size_t>(q_heads) * chunk * dim, rng);
 
   TurboQuantKVCache step_cache(kv_heads, dim, options);
   step_cache.append(pk, pv, prefix);

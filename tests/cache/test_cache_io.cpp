@@ -22,22 +22,18 @@
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
+using turbokv::test::temp_path;
 
 namespace turbokv {
 namespace {
 
-std::vector<float> random_tensor(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
-
 std::unique_ptr<DenseKVCache> filled_dense(int heads, int dim, size_t n, DenseDtype dtype,
                                            size_t page_tokens, uint32_t seed) {
   auto cache = std::make_unique<DenseKVCache>(heads, dim, dtype, page_tokens);
-  const auto k = random_tensor(heads * n * dim, seed), v = random_tensor(heads * n * dim, seed + 1);
+  const auto k = random_normal(heads * n * dim, seed), v = random_normal(heads * n * dim, seed + 1);
   cache->append(k, v, n);
   return cache;
 }
@@ -63,12 +59,6 @@ void expect_same_cache(const KVCache& a, const KVCache& b) {
   b.fetch(kb, vb);
   EXPECT_TRUE(ka.empty() || std::memcmp(ka.data(), kb.data(), n * sizeof(float)) == 0);
   EXPECT_TRUE(va.empty() || std::memcmp(va.data(), vb.data(), n * sizeof(float)) == 0);
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("turbokv_test_" + std::to_string(::getpid()) + "_" + name))
-      .string();
 }
 
 TEST(Safetensors, RoundTripAndLayout) {

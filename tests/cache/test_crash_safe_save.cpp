@@ -35,6 +35,9 @@
 #include "turbokv/cache_config.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/error.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 // ---- fault injection ---------------------------------------------------------------------------
 
@@ -133,20 +136,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 PromptCache make_cache(const char* config, int layers, int heads, int dim, size_t tokens, uint32_t seed) {
   PromptCache pc;
   for (int l = 0; l < layers; ++l) {
     auto c = make_kv_cache(config, heads, dim);
     const size_t n = static_cast<size_t>(heads) * tokens * dim;
-    c->append(random_floats(n, seed + 2 * l), random_floats(n, seed + 2 * l + 1), tokens);
+    c->append(random_normal(n, seed + 2 * l), random_normal(n, seed + 2 * l + 1), tokens);
     pc.add_layer(std::move(c));
   }
   pc.metadata()["seed"] = std::to_string(seed);

@@ -10,17 +10,12 @@
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 namespace turbokv {
 namespace {
-
-std::vector<float> random_tensor(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
 
 // Tokens [first, first+count) of a [heads][n][dim] tensor.
 std::vector<float> slice_tokens(const std::vector<float>& x, int heads, size_t n, int dim,
@@ -54,8 +49,8 @@ TEST(DenseKVCache, UnevenChunksEqualOneAppend) {
   for (DenseDtype dtype : {DenseDtype::f16, DenseDtype::f32}) {
     const int heads = 3, dim = 20;
     const size_t n = 123;
-    const auto keys = random_tensor(heads * n * dim, 1);
-    const auto values = random_tensor(heads * n * dim, 2);
+    const auto keys = random_normal(heads * n * dim, 1);
+    const auto values = random_normal(heads * n * dim, 2);
     DenseKVCache whole(heads, dim, dtype, 16), chunked(heads, dim, dtype, 16);
     whole.append(keys, values, n);
     const size_t chunks[] = {1, 15, 16, 0, 40, 2, 49};
@@ -86,8 +81,8 @@ TEST(DenseKVCache, UnevenChunksEqualOneAppend) {
 TEST(DenseKVCache, PageLayoutIsHeadMajor) {
   const int heads = 2, dim = 8;
   const size_t n = 11, pt = 4;
-  const auto keys = random_tensor(heads * n * dim, 3);
-  const auto values = random_tensor(heads * n * dim, 4);
+  const auto keys = random_normal(heads * n * dim, 3);
+  const auto values = random_normal(heads * n * dim, 4);
   DenseKVCache cache(heads, dim, DenseDtype::f32, pt);
   cache.append(keys, values, n);
   ASSERT_EQ(cache.num_pages(), 3u);
@@ -136,7 +131,7 @@ TEST(DenseKVCache, F16PagesHoldHalfBits) {
 TEST(DenseKVCache, NbytesIsExact) {
   const int heads = 2, dim = 10;
   DenseKVCache f16(heads, dim, DenseDtype::f16, 8), f32(heads, dim, DenseDtype::f32, 8);
-  const auto x = random_tensor(heads * 13 * dim, 5);
+  const auto x = random_normal(heads * 13 * dim, 5);
   f16.append(x, x, 13);
   f32.append(x, x, 13);
   EXPECT_EQ(f16.nbytes(), 13u * heads * dim * 2 * 2);
@@ -151,9 +146,9 @@ TEST(DenseKVCache, NbytesIsExact) {
 TEST(DenseKVCache, TrimThenAppendEqualsNeverAppended) {
   const int heads = 2, dim = 16;
   const size_t n = 50;
-  const auto keys = random_tensor(heads * n * dim, 6);
-  const auto values = random_tensor(heads * n * dim, 7);
-  const auto other = random_tensor(heads * 30 * dim, 8);
+  const auto keys = random_normal(heads * n * dim, 6);
+  const auto values = random_normal(heads * n * dim, 7);
+  const auto other = random_normal(heads * 30 * dim, 8);
   DenseKVCache a(heads, dim, DenseDtype::f16, 8), b(heads, dim, DenseDtype::f16, 8);
   a.append(slice_tokens(keys, heads, n, dim, 0, 20), slice_tokens(values, heads, n, dim, 0, 20), 20);
   a.append(other, other, 30);
@@ -210,7 +205,7 @@ TEST(DenseKVCache, RejectsBadInput) {
 TEST(DenseKVCache, AppendHalfInput) {
   const int heads = 2, dim = 8;
   const size_t n = 5;
-  const auto x = random_tensor(heads * n * dim, 9);
+  const auto x = random_normal(heads * n * dim, 9);
   std::vector<uint16_t> h(x.size()), b(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     h[i] = float_to_half(x[i]);

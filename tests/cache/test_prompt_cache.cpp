@@ -19,21 +19,16 @@
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 namespace turbokv {
 namespace {
 
-std::vector<float> random_tensor(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
-
 void fill(KVCache& cache, size_t n, uint32_t seed) {
   const size_t len = static_cast<size_t>(cache.kv_heads()) * n * cache.head_dim();
-  cache.append(random_tensor(len, seed), random_tensor(len, seed + 1), n);
+  cache.append(random_normal(len, seed), random_normal(len, seed + 1), n);
 }
 
 void expect_identical(const KVCache& a, const KVCache& b) {

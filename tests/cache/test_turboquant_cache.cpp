@@ -15,17 +15,12 @@
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 namespace turbokv {
 namespace {
-
-std::vector<float> random_tensor(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
 
 std::vector<float> slice_tokens(const std::vector<float>& x, int heads, size_t n, int dim,
                                 size_t first, size_t count) {
@@ -121,8 +116,8 @@ TEST(TurboQuantKVCache, NormCorrectionIsTheDefault) {
 TEST(TurboQuantKVCache, CenteringShrinksTheErrorOfKeysWithACommonComponent) {
   const int H = 2, D = 128;
   const size_t n = 300, sinks = 8;
-  auto k = random_tensor(H * n * D, 21), v = random_tensor(H * n * D, 22);
-  const auto common = random_tensor(H * D, 23, 4.0f);
+  auto k = random_normal(H * n * D, 21), v = random_normal(H * n * D, 22);
+  const auto common = random_normal(H * D, 23, 4.0f);
   for (int h = 0; h < H; ++h) {
     for (size_t t = 0; t < n; ++t) {
       for (int j = 0; j < D; ++j) {
@@ -165,7 +160,7 @@ TEST(TurboQuantKVCache, CenteredStateRoundTripsAndIsRequiredWhole) {
   auto o = opts(4, 2.5, 8, 4);
   o.center = true;
   TurboQuantKVCache cache(H, D, o);
-  cache.append(random_tensor(H * 50 * D, 31, 2.0f), random_tensor(H * 50 * D, 32), 50);
+  cache.append(random_normal(H * 50 * D, 31, 2.0f), random_normal(H * 50 * D, 32), 50);
   const CacheState state = cache.save_state();
   const auto loaded = TurboQuantKVCache::from_state(state);
   expect_identical(cache, *loaded);
@@ -197,9 +192,9 @@ TEST(TurboQuantKVCache, CentersFollowTheSinksAfterATrim) {
   auto o = opts(3, 3, 0, 2);
   o.center = true;
   TurboQuantKVCache cache(H, D, o);
-  cache.append(random_tensor(10 * D, 41), random_tensor(10 * D, 42), 10);
+  cache.append(random_normal(10 * D, 41), random_normal(10 * D, 42), 10);
   cache.trim(9);
-  const auto k = random_tensor(5 * D, 43), v = random_tensor(5 * D, 44);
+  const auto k = random_normal(5 * D, 43), v = random_normal(5 * D, 44);
   cache.append(k, v, 5);  // token 0 kept, these refill the second sink and compress the rest
   TurboQuantKVCache fresh(H, D, o);
   Fetched kept = fetch_all(cache);
@@ -216,7 +211,7 @@ TEST(TurboQuantKVCache, RegionsFillInOrder) {
   const int H = 2, D = 32;
   TurboQuantKVCache cache(H, D, opts(4, 4, /*window=*/5, /*sinks=*/3, 4));
   const size_t n = 30;
-  const auto k = random_tensor(H * n * D, 1), v = random_tensor(H * n * D, 2);
+  const auto k = random_normal(H * n * D, 1), v = random_normal(H * n * D, 2);
   size_t done = 0;
   for (size_t c : {2, 4, 1, 23}) {
     cache.append(slice_tokens(k, H, n, D, done, c), slice_tokens(v, H, n, D, done, c), c);
@@ -255,7 +250,7 @@ TEST(TurboQuantKVCache, PagesHoldTheCodecsCodes) {
     auto o = opts(3, 2.5, 0, 0, pt);
     o.key_codec = kc;
     TurboQuantKVCache cache(H, D, o);
-    const auto k = random_tensor(H * n * D, 3), v = random_tensor(H * n * D, 4);
+    const auto k = random_normal(H * n * D, 3), v = random_normal(H * n * D, 4);
     cache.append(k, v, n);
     ASSERT_EQ(cache.compressed_size(), n);
     const size_t kcs = cache.key_code_size(), vcs = cache.value_code_size();
@@ -289,7 +284,7 @@ TEST(TurboQuantKVCache, PagesHoldTheCodecsCodes) {
 TEST(TurboQuantKVCache, UnevenChunksEqualOneAppend) {
   const int H = 2, D = 48;
   const size_t n = 101;
-  const auto k = random_tensor(H * n * D, 5), v = random_tensor(H * n * D, 6);
+  const auto k = random_normal(H * n * D, 5), v = random_normal(H * n * D, 6);
   std::vector<TurboQuantCacheOptions> configs = {opts(4, 4), opts(3, 2, 7, 0), opts(2.5, 3.5, 0, 4),
                                                  opts(3, 3, 16, 2, 256)};
   configs.push_back(opts(3, 2, 5, 1));
@@ -317,7 +312,7 @@ TEST(TurboQuantKVCache, UnevenChunksEqualOneAppend) {
 TEST(TurboQuantKVCache, FetchErrorMatchesCodecDistortion) {
   const int H = 4, D = 128;
   const size_t n = 256;
-  const auto k = random_tensor(H * n * D, 7, 3.0f), v = random_tensor(H * n * D, 8, 0.5f);
+  const auto k = random_normal(H * n * D, 7, 3.0f), v = random_normal(H * n * D, 8, 0.5f);
   for (int bits : {1, 2, 3, 4}) {
     TurboQuantKVCache cache(H, D, opts(bits, bits));
     cache.append(k, v, n);
@@ -345,8 +340,8 @@ TEST(TurboQuantKVCache, FetchErrorMatchesCodecDistortion) {
 TEST(TurboQuantKVCache, TrimWithoutWindowThenAppendEqualsNeverAppended) {
   const int H = 2, D = 32;
   const size_t n = 60;
-  const auto k = random_tensor(H * n * D, 9), v = random_tensor(H * n * D, 10);
-  const auto junk = random_tensor(H * 25 * D, 11);
+  const auto k = random_normal(H * n * D, 9), v = random_normal(H * n * D, 10);
+  const auto junk = random_normal(H * 25 * D, 11);
   for (size_t sinks : {0, 4}) {
     TurboQuantKVCache a(H, D, opts(3, 3, 0, sinks, 8)), b(H, D, opts(3, 3, 0, sinks, 8));
     a.append(slice_tokens(k, H, n, D, 0, 30), slice_tokens(v, H, n, D, 0, 30), 30);
@@ -374,8 +369,8 @@ TEST(TurboQuantKVCache, TrimWithoutWindowThenAppendEqualsNeverAppended) {
 TEST(TurboQuantKVCache, TrimWithWindow) {
   const int H = 2, D = 32;
   const size_t n = 40, W = 8, S = 2;
-  const auto k = random_tensor(H * n * D, 12), v = random_tensor(H * n * D, 13);
-  const auto junk = random_tensor(H * 5 * D, 14);
+  const auto k = random_normal(H * n * D, 12), v = random_normal(H * n * D, 13);
+  const auto junk = random_normal(H * 5 * D, 14);
   // Appending 5 tokens and trimming them again leaves the first n tokens as they would be had the
   // 5 never been appended, except that the 5 window tokens they pushed out stay compressed:
   // the codes equal, byte for byte, those of a cache that holds the 5 (e), the first n - S - W
@@ -468,7 +463,7 @@ TEST(TurboQuantKVCache, NbytesFormula) {
   TurboQuantKVCache cache(H, D, o);
   EXPECT_EQ(cache.key_code_size(), 48u + 2);             // 128 * 3 / 8 + fp16 norm
   EXPECT_EQ(cache.value_code_size(), 32u + 8 + 2);       // 64 dims at 3 bits + 64 at 2 + norm
-  const auto x = random_tensor(H * 50 * D, 15);
+  const auto x = random_normal(H * 50 * D, 15);
   for (size_t n : {1, 1, 5, 20, 23}) {
     cache.append(std::span<const float>(x).first(H * n * D), std::span<const float>(x).first(H * n * D), n);
     const size_t expected =
@@ -495,7 +490,7 @@ TEST(TurboQuantKVCache, NbytesFormula) {
 double compression_vs_fp16(int D, double bits) {
   const int H = 2;
   const size_t n = 512;
-  const auto x = random_tensor(H * n * D, 16);
+  const auto x = random_normal(H * n * D, 16);
   TurboQuantKVCache tq(H, D, opts(bits, bits, 0, 0, 256));
   DenseKVCache dense(H, D, DenseDtype::f16);
   tq.append(x, x, n);
@@ -513,7 +508,7 @@ TEST(TurboQuantKVCache, CompressionVsFp16) {
 TEST(TurboQuantKVCache, ConversionFromDenseIsBitIdentical) {
   const int H = 2, D = 64;
   const size_t n = 70;
-  const auto k = random_tensor(H * n * D, 17), v = random_tensor(H * n * D, 18);
+  const auto k = random_normal(H * n * D, 17), v = random_normal(H * n * D, 18);
   DenseKVCache dense(H, D, DenseDtype::f16, 16);
   dense.append(k, v, n);
   const Fetched fd = fetch_all(dense);
@@ -535,7 +530,7 @@ TEST(TurboQuantKVCache, ConversionFromDenseIsBitIdentical) {
 
 TEST(TurboQuantKVCache, RejectedAppendLeavesCacheUnchanged) {
   const int H = 2, D = 32;
-  const auto x = random_tensor(H * 10 * D, 19);
+  const auto x = random_normal(H * 10 * D, 19);
   for (size_t window : {0, 4}) {
     TurboQuantKVCache cache(H, D, opts(3, 3, window, 1, 4));
     cache.append(x, x, 10);
@@ -567,7 +562,7 @@ TEST(TurboQuantKVCache, RejectedAppendLeavesCacheUnchanged) {
 TEST(TurboQuantKVCache, AppendHalfInput) {
   const int H = 1, D = 64;
   const size_t n = 9;
-  const auto x = random_tensor(H * n * D, 20);
+  const auto x = random_normal(H * n * D, 20);
   std::vector<uint16_t> h(x.size());
   std::vector<float> back(x.size());
   for (size_t i = 0; i < x.size(); ++i) {

@@ -85,7 +85,7 @@ TEST(GenerateCli, KvBitsBudgetsTakeTheSchemesCodes) {
   EXPECT_NE(half.find("turboquant k3/v2 mse"), std::string::npos) << half;
   const auto [plain, s3] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-window 0");
   ASSERT_EQ(s3, 0) << plain;
-  EXPECT_NE(plain.find("turboquant k4/v4 mse sinks 1, int8 attention]"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("turboquant k4/v4 mse sinks 1 (fp16), int8 attention]"), std::string::npos) << plain;
   const auto [exact, s4] = run("generate --prompt 'In the beginning' -n 3 --kv-bits 4 --kv-exact f32");
   ASSERT_EQ(s4, 0) << exact;
   EXPECT_NE(exact.find("k3/v3 mse sinks 1 window 32, int8 attention]"), std::string::npos) << exact;

@@ -80,15 +80,7 @@ struct Shape {
 
 std::string spell(const std::string& bytes) {  // GPT-2 byte-level alphabet, UTF-8 encoded
   std::string out;
-  for (const unsigned char b : bytes) {
-    const uint32_t cp = byte_to_codepoint(b);
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
+  for (const unsigned char b : bytes) out += byte_symbol(b);
   return out;
 }
 

@@ -25,6 +25,9 @@
 #include "turbokv/cache_config.hpp"
 #include "turbokv/cache_io.hpp"
 #include "turbokv/thread_pool.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 namespace turbokv {
 namespace {
@@ -34,14 +37,6 @@ constexpr int kDim = 64;
 constexpr int kQHeads = 4;  // grouped-query attention, 2 query heads per kv head
 
 const char* const kConfigs[] = {"dense16", "dense32", "tq3", "prod3", "tq2.5s2w8", "q8_0", "kivi2", "affine4"};
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // One cache's life: appends in uneven chunks, a decode-step attention after each, a chunked
 // prefill attention, a trim, and the final contents. Returns everything it computed.
@@ -53,11 +48,11 @@ std::vector<float> cache_script(const char* config, uint32_t seed, int attend_th
   options.threads = attend_threads;
   for (size_t i = 0; i < std::size(chunks); ++i) {
     const size_t n = chunks[i];
-    const auto k = random_floats(kHeads * n * kDim, seed * 100 + static_cast<uint32_t>(i));
-    const auto v = random_floats(kHeads * n * kDim, seed * 100 + 50 + static_cast<uint32_t>(i));
+    const auto k = random_normal(kHeads * n * kDim, seed * 100 + static_cast<uint32_t>(i));
+    const auto v = random_normal(kHeads * n * kDim, seed * 100 + 50 + static_cast<uint32_t>(i));
     cache->append(k, v, n);
     const size_t nq = std::min<size_t>(n, 4);
-    const auto q = random_floats(kQHeads * nq * kDim, seed * 100 + 90 + static_cast<uint32_t>(i));
+    const auto q = random_normal(kQHeads * nq * kDim, seed * 100 + 90 + static_cast<uint32_t>(i));
     std::vector<float> out(q.size());
     attend(q, kQHeads, static_cast<int>(nq), *cache, out, options);
     digest.insert(digest.end(), out.begin(), out.end());
@@ -117,8 +112,8 @@ TEST(Concurrency, ManyReadersOfOneCache) {
   for (const char* config : {"dense16", "tq3", "prod3s2w8", "q4_0", "kivi4"}) {
     auto cache = make_kv_cache(config, kHeads, kDim);
     const size_t n = 300;
-    cache->append(random_floats(kHeads * n * kDim, 7), random_floats(kHeads * n * kDim, 8), n);
-    const auto q = random_floats(kQHeads * 3 * kDim, 9);
+    cache->append(random_normal(kHeads * n * kDim, 7), random_normal(kHeads * n * kDim, 8), n);
+    const auto q = random_normal(kQHeads * 3 * kDim, 9);
     auto read_all = [&](int attend_threads) {
       std::vector<float> digest(q.size());
       AttentionOptions options;
@@ -161,7 +156,7 @@ TEST(Concurrency, PromptCacheSaveLoadFromManyThreads) {
       PromptCache pc;
       for (int l = 0; l < 3; ++l) {
         auto c = make_kv_cache(kConfigs[(t + l) % std::size(kConfigs)], kHeads, kDim);
-        c->append(random_floats(kHeads * 20 * kDim, t * 10 + l), random_floats(kHeads * 20 * kDim, t * 10 + l + 5), 20);
+        c->append(random_normal(kHeads * 20 * kDim, t * 10 + l), random_normal(kHeads * 20 * kDim, t * 10 + l + 5), 20);
         pc.add_layer(std::move(c));
       }
       const std::string path = (dir / ("c" + std::to_string(t) + ".safetensors")).string();

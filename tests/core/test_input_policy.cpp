@@ -23,6 +23,7 @@
 #include "engine/model/gguf.hpp"
 #include "engine/model/model.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
+#include "test_util.hpp"
 #include "turbokv/attention.hpp"
 #include "turbokv/baseline_caches.hpp"
 #include "turbokv/cache_config.hpp"
@@ -44,11 +45,7 @@ const char* const kConfigs[] = {"dense16", "dense32", "tq3",    "tq2.5",   "prod
                                 "tq4-f32n-nc", "tq1", "q8_0", "q4_0h", "kivi2", "affine4"};
 
 std::vector<float> random_vectors(size_t tokens, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(kHeads) * tokens * kDim);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return test::random_normal(static_cast<size_t>(kHeads) * tokens * kDim, seed, scale);
 }
 
 struct Snapshot {

@@ -8,14 +8,13 @@
 // tokenizer, other weights) plays "another model" whose values must be refused.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import net from 'node:net';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { freePort, startChild, startServe, stop, killAll, metrics } from './serve_helpers.mjs';
 
-const TOOL = process.env.TURBOKV_TOOL ?? 'build/turbokv';
 const REDIS_SERVER = process.env.TURBOKV_REDIS_SERVER ?? 'redis-server';
 const REDIS_CLI = process.env.TURBOKV_REDIS_CLI ?? 'redis-cli';
 const NGINX = process.env.TURBOKV_NGINX ?? 'nginx';
@@ -26,48 +25,6 @@ const run = promisify(execFile);
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'turbokv-prefix-store-'));
 fs.chmodSync(tmp, 0o777);  // nginx workers may run as another user
-const children = [];
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-// Spawns a child and resolves once `ready` matches its output (or rejects on exit/timeout).
-function startChild(cmd, args, ready, what, ms = 60000) {
-  const proc = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(proc);
-  let out = '';
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  const started = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} did not start: ${out}`)), ms);
-    const onData = (d) => {
-      out += d;
-      if (ready(out)) { clearTimeout(timer); resolve(); }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('error', (e) => { clearTimeout(timer); reject(new Error(`${what}: ${e.message}`)); });
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`${what} exited ${code}: ${out}`)); });
-  });
-  return { proc, exited, started, output: () => out };
-}
-
-async function stop(child, signal = 'SIGTERM') {
-  if (!child || child.proc.exitCode !== null || child.proc.signalCode !== null) return null;
-  child.proc.kill(signal);
-  let timer;
-  const timeout = new Promise((r) => { timer = setTimeout(() => r({ code: 'timeout' }), 30000); });
-  const result = await Promise.race([child.exited, timeout]);
-  clearTimeout(timer);  // a pending timer would keep node alive for its 30 s
-  return result;
-}
 
 let redisPort;
 let redis;
@@ -89,16 +46,12 @@ async function prefixKeys() {
   return new Set((await redisCli('--scan', '--pattern', 'tkv:p1:*')).split('\n').filter((k) => k));
 }
 
-async function startServer(model = MODEL) {
-  const s = startChild(TOOL, ['serve', '--port', '0', '--model', model, '--kv-page-tokens', String(BLOCK),
+function startServer(model = MODEL) {
+  return startServe(['--model', model, '--kv-page-tokens', String(BLOCK),
     '--kv-budget', '64MiB', '--threads', '1', '--prefix-store', `redis://127.0.0.1:${redisPort}`,
     // Each store call (connect, command, reply) must finish within this as a whole: 250 ms, not
     // the 50 ms default, so a loaded CI machine or the sanitizer build does not turn hits into misses.
-    '--prefix-store-timeout', '250'],
-  (o) => /listening on http:\/\/\S+/.test(o) && o.includes('ready'), 'turbokv serve');
-  await s.started;
-  s.url = s.output().match(/listening on (http:\/\/\S+)/)[1];
-  return s;
+    '--prefix-store-timeout', '250']);
 }
 
 async function post(url, route, body) {
@@ -113,16 +66,6 @@ async function post(url, route, body) {
 
 const complete = (url, prompt, max_tokens = 16, model = MODEL) =>
   post(url, '/v1/completions', { model, prompt, max_tokens, temperature: 0 });
-
-async function metrics(url) {
-  const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10000) })).text();
-  const values = {};
-  for (const line of text.split('\n')) {
-    const m = line.match(/^(turbokv_[a-z_]+)\s+([0-9.e+-]+)$/);
-    if (m) values[m[1]] = Number(m[2]);
-  }
-  return values;
-}
 
 // Waits until the server's queued writes have all been attempted.
 async function writesSettled(url) {
@@ -148,9 +91,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const c of children) {
-    if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-  }
+  killAll();
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 

@@ -4,56 +4,21 @@
 // timeout. Run: node --test tests/e2e/server.test.mjs (ctest runs it; TURBOKV_TOOL names the binary).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
+import { startServe, stop, killAll, metrics as baseMetrics, waitFor } from './serve_helpers.mjs';
 
-const TOOL = process.env.TURBOKV_TOOL ?? 'build/turbokv';
 const KEY = 'sk-test-key';
 
 async function startServer(args) {
-  const proc = spawn(TOOL, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  proc.stderr.on('data', (d) => { err += d; });
-  const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${out} ${err}`)), 60000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && out.includes('ready')) { clearTimeout(timer); resolve(m[1]); }
-    });
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${err}`)); });
-  });
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  return { proc, url, exited, stderr: () => err };
+  return startServe(args);
 }
 
 async function stopServer(server) {
-  server.proc.kill('SIGTERM');
-  const result = await Promise.race([server.exited, new Promise((r) => setTimeout(() => r({ code: 'timeout' }), 30000))]);
-  assert.equal(result.code, 0, `server exit ${JSON.stringify(result)}: ${server.stderr()}`);
+  const result = await stop(server);
+  assert.equal(result?.code, 0, `server exit ${JSON.stringify(result)}: ${server.output()}`);
 }
 
-// With --api-key, /metrics needs the key too (a server without one ignores it).
-async function metrics(url) {
-  const text = await (await fetch(`${url}/metrics`, {
-    headers: { Authorization: `Bearer ${KEY}` }, signal: AbortSignal.timeout(10000) })).text();
-  const values = {};
-  for (const line of text.split('\n')) {
-    const m = line.match(/^(turbokv_[a-z_]+)\s+([0-9.e+-]+)$/);
-    if (m) values[m[1]] = Number(m[2]);
-  }
-  return values;
-}
-
-async function waitFor(predicate, what, ms = 10000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await predicate()) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-}
+const metrics = (url) => baseMetrics(url, KEY);  // with --api-key, /metrics needs the key too
 
 let main;
 let client;
@@ -65,7 +30,11 @@ before(async () => {
 });
 
 after(async () => {
-  if (main) await stopServer(main);
+  try {
+    if (main) await stopServer(main);
+  } finally {
+    killAll();
+  }
 });
 
 const prompts = [

@@ -20,23 +20,15 @@
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/prompt_cache.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
+using turbokv::test::same_bits;
 
 namespace turbokv::engine {
 namespace {
 
 const std::string kModels = TURBOKV_MODELS_DIR;
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
 
 TEST(MatmulRowwise, EveryRowIsMatvecBitForBit) {
   ThreadPool pool1(1), pool2(2);
@@ -45,13 +37,13 @@ TEST(MatmulRowwise, EveryRowIsMatvecBitForBit) {
                                     std::pair{GgmlType::Q5_0, int64_t{96}}, std::pair{GgmlType::Q4_K, int64_t{256}},
                                     std::pair{GgmlType::Q6_K, int64_t{256}}, std::pair{GgmlType::IQ4_XS, int64_t{256}}}) {
     for (const int64_t rows : {1, 37, 130}) {
-      const auto dense = random_floats(static_cast<size_t>(rows * cols), 3);
+      const auto dense = random_normal(static_cast<size_t>(rows * cols), 3);
       std::vector<uint8_t> bytes(row_bytes(type, cols) * static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) quantize_row(type, dense.data() + r * cols, cols, bytes.data() + r * row_bytes(type, cols));
       const WeightMatrix w{type, rows, cols, bytes.data()};
       for (const int64_t n : {1, 2, 5, 16}) {
         // Tiny activations too: their Q8_0 block scales are fp16 subnormals.
-        auto x = random_floats(static_cast<size_t>(n * cols), 7 + static_cast<uint32_t>(n));
+        auto x = random_normal(static_cast<size_t>(n * cols), 7 + static_cast<uint32_t>(n));
         if (n == 5) {
           for (size_t i = 0; i < x.size() / 2; ++i) x[i] *= 1e-6f;
         }
@@ -106,7 +98,7 @@ TEST(MatmulRowwise, VnniKernelGivesTheAvx2KernelsBits) {
   const WeightMatrix w{GgmlType::Q8_0, rows, cols, bytes.data()};
   for (const int64_t n : {4, 9, 13}) {
     // Activations whose Q8_0 codes are mostly +-127: each block has a few large values.
-    auto x = random_floats(static_cast<size_t>(n * cols), 11 + static_cast<uint32_t>(n));
+    auto x = random_normal(static_cast<size_t>(n * cols), 11 + static_cast<uint32_t>(n));
     for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1.0f : -1.0f) * 50.0f;
     std::vector<float> with_vnni(static_cast<size_t>(n * rows)), avx2_only(with_vnni.size());
     use_vnni_kernels(true);

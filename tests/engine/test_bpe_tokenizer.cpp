@@ -15,17 +15,6 @@
 namespace turbokv::engine {
 namespace {
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
-
 // Ids: 0..255 bytes; then the merge results in this order.
 const std::vector<std::string> kMerges = {
     "h e", "l l", "he ll", "hell o",    // hello = 259
@@ -40,7 +29,7 @@ constexpr int kBegin = 271, kEot = 272;
 
 BpeVocab small_vocab(const std::string& pre) {
   BpeVocab v;
-  for (int b = 0; b < 256; ++b) v.tokens.push_back(utf8(byte_to_codepoint(static_cast<uint8_t>(b))));
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(byte_symbol(static_cast<uint8_t>(b)));
   for (const auto& m : kMerged) v.tokens.push_back(m);
   v.tokens.push_back("<|begin_of_text|>");
   v.tokens.push_back("<|eot_id|>");

@@ -15,6 +15,9 @@
 #include "engine/model/gguf.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::temp_path;
 
 namespace turbokv::engine {
 namespace {
@@ -22,9 +25,6 @@ namespace {
 // ctest runs each test in its own process, two at a time: a name shared by two tests (the
 // Corrupt helper's file) let one rewrite a file the other had mapped, which killed it with
 // SIGBUS. The process id keeps each test's files its own.
-std::string temp_path(const std::string& name) {
-  return testing::TempDir() + "turbokv_test_gguf_" + std::to_string(::getpid()) + "_" + name;
-}
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes, size_t length) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -15,6 +15,9 @@
 #include "engine/tensor/matmul_kernels.hpp"
 #include "engine/tensor/tensor_types.hpp"
 #include "turbokv/half.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::same_bits;
 
 namespace turbokv::engine {
 namespace {
@@ -46,8 +49,6 @@ float q8_0_lane_model(const uint8_t* w, const uint8_t* x, int64_t cols) {
   for (int j = 0; j < 4; ++j) s[j] = v[j] + v[j + 4];
   return (s[0] + s[2]) + (s[1] + s[3]);
 }
-
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 // Q8_0 weights with random codes (every third row drawn from the extremes -128, +-127, 0, +-1)
 // and random fp16 scales, some of them subnormal.
@@ -136,7 +137,7 @@ TEST_F(Q8_0Kernels, LaneModelIsMatvecAndCloseToTheReference) {
       std::vector<float> w_row(static_cast<size_t>(cols));
       for (int64_t r = 0; r < rows; ++r) {
         const float model = q8_0_lane_model(w.data() + static_cast<size_t>(r) * row_bytes(GgmlType::Q8_0, cols), xq.data(), cols);
-        EXPECT_TRUE(same_bits(&model, &y[static_cast<size_t>(r)], 1)) << "cols " << cols << " row " << r;
+        EXPECT_TRUE(same_bits({&model, 1}, {&y[static_cast<size_t>(r)], 1})) << "cols " << cols << " row " << r;
         dequantize_row(wm, r, w_row.data());
         double magnitude = 0;
         for (int64_t i = 0; i < cols; ++i) magnitude += std::fabs(static_cast<double>(w_row[i]) * x_used[i]);
@@ -173,12 +174,12 @@ TEST_F(Q8_0Kernels, EveryBatchedKernelGivesTheLaneModelsBits) {
         for (ThreadPool* pool : {&pool1, &pool2}) {
           std::vector<float> y(expected.size(), NAN);
           matmul_rowwise(wm, x.data(), n, y.data(), *pool);
-          EXPECT_TRUE(same_bits(y.data(), expected.data(), y.size()))
+          EXPECT_TRUE(same_bits(y, expected))
               << k.name << " rows " << rows << " cols " << cols << " batch " << n << " threads " << pool->size();
           // matmul (the prefill product) takes the same kernels for Q8_0.
           std::vector<float> y2(expected.size(), NAN);
           matmul(wm, x.data(), n, y2.data(), *pool);
-          EXPECT_TRUE(same_bits(y2.data(), expected.data(), y2.size())) << k.name << " matmul batch " << n;
+          EXPECT_TRUE(same_bits(y2, expected)) << k.name << " matmul batch " << n;
         }
       }
     }
@@ -204,7 +205,7 @@ TEST_F(Q8_0Kernels, TileKernelAloneGivesTheLaneModelsBitsAtEveryBatchSize) {
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t r = 0; r < rows; ++r) {
         const float want = q8_0_lane_model(w.data() + r * stride, xq.data() + t * stride, cols);
-        EXPECT_TRUE(same_bits(&want, &y[t * rows + r], 1)) << "batch " << n << " act " << t << " row " << r;
+        EXPECT_TRUE(same_bits({&want, 1}, {&y[t * rows + r], 1})) << "batch " << n << " act " << t << " row " << r;
       }
     }
   }
@@ -231,7 +232,7 @@ TEST_F(Q8_0Kernels, NonFiniteActivationsGiveMatvecsBits) {
       for (int64_t t = 0; t < n; ++t) {
         std::vector<float> alone(static_cast<size_t>(rows));
         matvec(wm, x.data() + t * cols, alone.data(), pool1);
-        EXPECT_TRUE(same_bits(alone.data(), y.data() + t * rows, static_cast<size_t>(rows)))
+        EXPECT_TRUE(same_bits(alone, {y.data() + t * rows, static_cast<size_t>(rows)}))
             << k.name << " batch " << n << " row " << t;
       }
     }

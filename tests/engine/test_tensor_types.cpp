@@ -14,6 +14,9 @@
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/thread_pool.hpp"
+#include "test_util.hpp"
+
+using turbokv::test::random_normal;
 
 namespace turbokv::engine {
 namespace {
@@ -123,17 +126,9 @@ TEST(TensorTypes, Q6_KBlockFromTheDefinition) {
   EXPECT_EQ(out[255], -100.0f); // code 57, scale -16
 }
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
 TEST(TensorTypes, QuantizeRoundTripErrorIsBounded) {
   const int64_t cols = 256;
-  const auto x = random_floats(cols, 1);
+  const auto x = random_normal(cols, 1);
   std::vector<float> back(cols);
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
     std::vector<uint8_t> bytes(row_bytes(type, cols));
@@ -168,7 +163,7 @@ std::vector<uint8_t> random_matrix(GgmlType type, int64_t rows, int64_t cols, ui
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
-    const auto values = random_floats(static_cast<size_t>(rows * cols), seed);
+    const auto values = random_normal(static_cast<size_t>(rows * cols), seed);
     for (int64_t r = 0; r < rows; ++r) quantize_row(type, values.data() + r * cols, cols, bytes.data() + r * stride);
     return bytes;
   }
@@ -260,7 +255,7 @@ TEST(TensorTypes, MatvecMatchesReferenceOnEveryPath) {
     const int64_t rows = 37;
     const auto bytes = random_matrix(c.type, rows, c.cols, 7);
     const WeightMatrix w{c.type, rows, c.cols, bytes.data()};
-    const auto x = random_floats(static_cast<size_t>(c.cols), 11);
+    const auto x = random_normal(static_cast<size_t>(c.cols), 11);
     std::vector<float> want(rows), got(rows);
     for (bool scalar : {false, true}) {
       for (bool q8 : {true, false}) {
@@ -298,7 +293,7 @@ TEST(TensorTypes, Q8ActivationErrorIsBounded) {
     const int64_t rows = 9, cols = 768;
     const auto bytes = random_matrix(type, rows, cols, 21);
     const WeightMatrix w{type, rows, cols, bytes.data()};
-    const auto x = random_floats(static_cast<size_t>(cols), 23);
+    const auto x = random_normal(static_cast<size_t>(cols), 23);
     std::vector<float> exact(rows), got(rows), row(cols);
     matvec_reference(w, x.data(), exact.data());
     matvec(w, x.data(), got.data(), pool);
@@ -325,7 +320,7 @@ TEST(TensorTypes, MatmulMatchesPerTokenReference) {
       const int64_t n = 5;
       const auto bytes = random_matrix(c.type, rows, c.cols, 3);
       const WeightMatrix w{c.type, rows, c.cols, bytes.data()};
-      const auto x = random_floats(static_cast<size_t>(n * c.cols), 5);
+      const auto x = random_normal(static_cast<size_t>(n * c.cols), 5);
       std::vector<float> y(static_cast<size_t>(n * rows), NAN);
       for (bool scalar : {false, true}) {
         force_scalar_kernels(scalar);

@@ -24,9 +24,12 @@
 #include "server/http/api_server.hpp"
 #include "server/http/openai_request.hpp"
 #include "server/scheduling/scheduler.hpp"
+#include "kjv_server_fixture.hpp"
 
 namespace turbokv::server {
 namespace {
+
+using test::kjv;
 
 using test::connect_to;
 using test::read_until_closed;
@@ -35,25 +38,10 @@ using test::send_all;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-const std::string kModels = TURBOKV_MODELS_DIR;
-
-struct Kjv {
-  engine::Model model = engine::load_model(kModels + "/kjv-llama-3M.bin");
-  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
-};
-
-const Kjv& kjv() {
-  static const Kjv k;
-  return k;
-}
 
 SchedulerOptions scheduler_options() {
-  SchedulerOptions o;
-  o.cache = parse_cache_config("turboquant:bits=4,window=32,sinks=1");
-  o.kv_budget = 64 << 20;
+  SchedulerOptions o = test::small_scheduler("turboquant:bits=4,window=32,sinks=1", 64 << 20);
   o.parallel = 4;
-  o.threads = 2;
-  o.page_tokens = 16;
   return o;
 }
 

@@ -60,17 +60,7 @@ const engine::SentencePieceTokenizer& tok512() {
 const engine::BpeTokenizer& bpe_with_specials() {
   static const engine::BpeTokenizer tok([] {
     engine::BpeVocab v;
-    for (int b = 0; b < 256; ++b) {
-      const uint32_t cp = engine::byte_to_codepoint(static_cast<uint8_t>(b));
-      std::string s;
-      if (cp < 0x80) {
-        s.push_back(static_cast<char>(cp));
-      } else {
-        s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-      }
-      v.tokens.push_back(s);
-    }
+    for (int b = 0; b < 256; ++b) v.tokens.push_back(engine::byte_symbol(static_cast<uint8_t>(b)));
     for (const char* special : {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                                 "<|im_start|>", "<|im_end|>"}) {
       v.tokens.push_back(special);

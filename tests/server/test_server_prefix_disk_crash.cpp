@@ -1,10 +1,11 @@
-// The disk tier across crashes: `turbokv serve --prefix-disk DIR` is killed with SIGKILL at
-// random points of a chat workload (every finished turn and every prefix the small KV budget
-// evicts is being written to disk all the time, so kills land mid-write), restarted on the same
-// directory, killed again; every answer that came back, and every answer of a last, clean run over
-// the whole workload, equals what a server without any prefix tier computes (greedy), and the
-// restarted servers serve prefixes from the disk. Then a clean stop (SIGTERM) and a restart find
-// the prefixes too.
+// The disk tier across crashes: `turbokv serve --prefix-disk DIR --no-prefix-cache` (every
+// restored prefix comes from disk) is killed with SIGKILL at random points while two clients send
+// prompts in random order (each computed prompt's last whole page and each answer's are being
+// written all the time, so kills land mid-write), restarted on the same directory, killed again,
+// six times; every answer that came back, and every answer of a last, clean run over all prompts,
+// equals what a server on an intact store answers (computed when it restored nothing, restored
+// from its own disk otherwise), the restarted servers serve prefixes from disk, and a clean stop
+// (SIGTERM) keeps them for the next server too. The seed of the kill points is printed.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -25,32 +25,21 @@
 #include "server/prefix/prefix_store_redis.hpp"
 #include "server/prefix/prefix_value.hpp"
 #include "server/scheduling/scheduler.hpp"
+#include "kjv_server_fixture.hpp"
 #include "server/prefix/shared_prefixes.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
 namespace {
 
-const std::string kModels = TURBOKV_MODELS_DIR;
+using test::kjv;
+
 constexpr size_t kPage = 16;
 const std::string kCache = "turboquant:bits=4,window=32,sinks=1,exact=f16";
 
-struct Kjv {
-  engine::Model model = engine::load_model(kModels + "/kjv-llama-3M.bin");
-  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
-};
-
-const Kjv& kjv() {
-  static const Kjv k;
-  return k;
-}
-
 SchedulerOptions options(std::shared_ptr<PrefixStore> store, bool local_prefixes = true) {
-  SchedulerOptions o;
-  o.cache = parse_cache_config(kCache);
-  o.kv_budget = 64 << 20;
-  o.threads = 2;
-  o.page_tokens = kPage;
+  SchedulerOptions o = test::small_scheduler(kCache, 64 << 20);
+  static_assert(kPage == 16, "the fixture's pages");
   o.prefix_cache = local_prefixes;
   o.prefix_store = std::move(store);
   return o;

@@ -23,32 +23,20 @@
 #include "server/http/api_server.hpp"
 #include "server/scheduling/kv_budget.hpp"
 #include "server/scheduling/scheduler.hpp"
+#include "kjv_server_fixture.hpp"
 #include "server/text/text_stream.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
 namespace {
 
-const std::string kModels = TURBOKV_MODELS_DIR;
+using test::kjv;
 
-struct Kjv {
-  engine::Model model = engine::load_model(kModels + "/kjv-llama-3M.bin");
-  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
-};
-
-const Kjv& kjv() {
-  static const Kjv k;
-  return k;
-}
 
 SchedulerOptions options(const std::string& cache, size_t budget, int parallel = 16, int max_queue = 64) {
-  SchedulerOptions o;
-  o.cache = parse_cache_config(cache);
-  o.kv_budget = budget;
+  SchedulerOptions o = test::small_scheduler(cache, budget);  // expectations below count in its pages of 16
   o.parallel = parallel;
   o.max_queue = max_queue;
-  o.threads = 2;
-  o.page_tokens = 16;  // the expectations below count in pages of 16
   return o;
 }
 

@@ -344,7 +344,7 @@ const CommandRegistration registration{"attention-bench", [](CLI::App& app) {
   app.add_option("--kv-heads", o->kv_heads, "Key/value heads")->capture_default_str();
   app.add_option("--key-bits", o->key_bits, "TurboQuant key bits (1-8, half widths allowed)")->capture_default_str();
   app.add_option("--value-bits", o->value_bits, "TurboQuant value bits")->capture_default_str();
-  app.add_option("--key-codec", o->key_codec, "Key codec: mse or prod")->capture_default_str();
+  app.add_option("--kv-codec,--key-codec", o->key_codec, "Key codec: mse or prod")->capture_default_str();
   app.add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   app.add_option("--queries", o->queries, "Queries per head (1: decode)")->capture_default_str();
   app.add_option("--repeats", o->repeats, "Timed steps for the fp16 and fused paths")->capture_default_str();

@@ -181,9 +181,9 @@ const CommandRegistration registration{"cache-bench", [](CLI::App& app) {
       ->capture_default_str();
   app.add_option("--value-bits", opt->value_bits, "Value bits (1-8, half widths allowed)")
       ->capture_default_str();
-  app.add_option("--window", opt->window, "Newest tokens kept exact")->capture_default_str();
-  app.add_option("--sinks", opt->sinks, "First tokens kept exact")->capture_default_str();
-  app.add_option("--key-codec", opt->key_codec, "mse or prod")->capture_default_str();
+  app.add_option("--kv-window,--window", opt->window, "Newest tokens kept exact")->capture_default_str();
+  app.add_option("--kv-sinks,--sinks", opt->sinks, "First tokens kept exact")->capture_default_str();
+  app.add_option("--kv-codec,--key-codec", opt->key_codec, "Key codec: mse or prod")->capture_default_str();
   app.add_option("--chunk", opt->chunk, "Tokens per append call (1 = decode steps)")
       ->capture_default_str();
   app.add_option("--reps", opt->reps, "Repetitions (best time is reported)")->capture_default_str();

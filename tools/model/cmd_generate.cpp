@@ -65,7 +65,7 @@ int run_generate(const GenerateArgs& a) {
   // Every sequence starts with BOS. A loaded cache must hold a prefix of the prompt's tokens.
   const auto prompt_ids = tok->encode(a.prompt, true);
   std::optional<engine::Session> session;
-  std::string cache_kind;
+  std::string cache_kind, cache_config;  // a label for people; the canonical string (parse_kv_config reads it)
   std::vector<int> to_feed;
   if (!a.load_cache.empty()) {
     if (a.kv->kv_bits || a.kv->key_bits || a.kv->value_bits || a.kv->exact || !a.kv->cache.empty()) {
@@ -82,10 +82,11 @@ int run_generate(const GenerateArgs& a) {
     if (!a.prompt.empty()) to_feed.assign(prompt_ids.begin() + static_cast<long>(held.size()), prompt_ids.end());
     cache_kind = session->cache().layer(0).class_name() + " (loaded)";
   } else {
-    const CacheConfig config = kv_request_config(*a.kv, std::nullopt, DenseDtype::f32);
+    const CacheConfig config = kv_request_config(*a.kv, std::nullopt);
     session.emplace(model, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config), pool, a.chunk);
     to_feed = prompt_ids;
     cache_kind = kv_cache_label(config);
+    cache_config = format_cache_config(config);
   }
   // A prompt must leave room for at least one generated token (as in `serve`): one that fills
   // the context is an error, never a silent empty answer or a truncation.
@@ -144,6 +145,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.json) {
     nlohmann::json j{{"model", model_path},
                      {"cache", cache_kind},
+                     {"cache_config", cache_config},
                      {"text", text},
                      {"prompt_tokens", prompt_tokens},
                      {"prompt_tokens_computed", to_feed.size()},

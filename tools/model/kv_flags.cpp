@@ -27,7 +27,8 @@ void add_kv_flags(CLI::App& app, const std::shared_ptr<KvFlags>& a, const std::s
                                        "arithmetic of attention over TurboQuant codes: int8 (default) or exact "
                                        "(float centroids, as dequantize-then-attend)")
       ->check(CLI::IsMember({"int8", "exact"}));
-  app.add_option("--cache", a->cache, "any cache class, e.g. dense, dense:dtype=f32, turboquant:bits=3,window=32, q8_0");
+  app.add_option("--cache", a->cache, "a cache name or string, as eval --kv takes them: tq4, tq3.5, k3v2s1w12-x16, q8_0, "
+                 "dense, dense:dtype=f32, turboquant:bits=3,window=32");
 }
 
 std::string kv_cache_label(const CacheConfig& config) {

@@ -124,7 +124,7 @@ int run_bench(const BenchArgs& a) {
   }
   const auto& c = model.config;
   server::SchedulerOptions so;
-  so.cache = parse_cache_config(a.cache);
+  so.cache = parse_kv_config(a.cache).config;
   so.kv_budget = size_t{8} << 30;
   so.parallel = 1;
   so.ctx = static_cast<int>(a.prompt_tokens + 8);

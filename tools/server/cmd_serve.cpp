@@ -64,7 +64,7 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write is an error return, not a kill
 
   server::SchedulerOptions so;
-  so.cache = kv_request_config(*a.kv, 4.0, DenseDtype::f16);
+  so.cache = kv_request_config(*a.kv, 4.0);
   so.kv_budget = server::parse_byte_size(a.kv_budget);
   so.parallel = a.parallel;
   so.max_queue = a.max_queue;
