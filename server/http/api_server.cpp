@@ -472,18 +472,13 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
         throw invalid_request(fmt::format("token id {} is outside the vocabulary of {}", id, tok.vocab_size()), "prompt");
       }
     }
-    if (static_cast<int64_t>(prompt.tokens.size()) >= ctx) {
-      throw invalid_request(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt "
-                                        "and at least one generated token must fit)", prompt.tokens.size(), ctx),
-                            chat ? "messages" : "prompt");
-    }
   }
   const SchedulerOptions& so = b.scheduler->options();
   if (prompts.size() * static_cast<size_t>(p.n) > static_cast<size_t>(so.parallel + so.max_queue)) {
     throw invalid_request(fmt::format("{} prompts x n = {} sequences; this server runs and queues at most {}",
                                       prompts.size(), p.n, so.parallel + so.max_queue), "n");
   }
-  // Only a prompt that fits is worth its marks (the work of the request ends here otherwise).
+  // Where the rendered messages end among the tokens: the points the prefix cache may store at.
   if (chat) prompts.front().marks = message_marks(tok, rendered, prompts.front().tokens);
 
   AnswerSpec spec;
@@ -519,6 +514,8 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
           reply.response = error_response(ApiError(503, "server_error", "unavailable", why));
           reply.response.headers.emplace_back("Retry-After", "1");
           return reply;
+        case Scheduler::Admission::prompt_too_long:
+          throw invalid_request(why, chat ? "messages" : "prompt");
         case Scheduler::Admission::too_large:
           throw invalid_request(why, "max_tokens");
         default:

@@ -110,8 +110,9 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
     return Admission::too_large;
   }
   if (n >= static_cast<size_t>(ctx_)) {
-    say(fmt::format("the prompt has {} tokens; the context holds {} (prompt and at least one generated token)", n, ctx_));
-    return Admission::too_large;
+    say(fmt::format("the prompt has {} tokens; this server's context is {} tokens (the prompt and at least one "
+                    "generated token must fit)", n, ctx_));
+    return Admission::prompt_too_long;
   }
   request.max_tokens = std::max(0, std::min(request.max_tokens, ctx_ - static_cast<int>(n)));
   const size_t need = footprint_.reservation(n + static_cast<size_t>(request.max_tokens));
@@ -142,7 +143,7 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
       say(fmt::format("{} requests are waiting (--max-queue {}); retry later", waiting_.size(), options_.max_queue));
       return Admission::queue_full;
     }
-    waiting_.push_back({std::move(request), std::move(handle), std::move(on_disk), std::move(stored)});
+    waiting_.push_back({std::move(request), std::move(handle), std::move(on_disk), std::move(stored), need});
     metrics_.waiting = waiting_.size();
   }
   wake_.notify_all();
@@ -231,7 +232,7 @@ void Scheduler::admit() {
       if (waiting_.empty() || running_.size() >= static_cast<size_t>(options_.parallel)) return;
       const auto& request = waiting_.front().request;
       if (computing(request.prompt) && !request.prompt_logprobs) return;
-      const size_t need = footprint_.reservation(request.prompt.size() + static_cast<size_t>(request.max_tokens));
+      const size_t need = waiting_.front().reservation;
       while (reserved_ + impl_->prefixes.bytes() + need > options_.kv_budget && impl_->prefixes.size() > 0) {
         impl_->prefixes.evict_one(disk_ ? &evicted.emplace_back() : nullptr);
         ++metrics_.prefix_cache_evictions_total;
@@ -252,7 +253,7 @@ void Scheduler::admit() {
     seq->in_store = std::move(next.stored.present);
     seq->in_disk = std::move(next.on_disk.present);
     const auto& prompt = seq->request.prompt;
-    seq->reservation = footprint_.reservation(prompt.size() + static_cast<size_t>(seq->request.max_tokens));
+    seq->reservation = next.reservation;
     reserved_ += seq->reservation;
     const Source source = restore_prefix(*seq, next);
     for (size_t l = 0; l < seq->cache.n_layers(); ++l) seq->layers.push_back(&seq->cache.layer(l));

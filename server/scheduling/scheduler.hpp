@@ -112,7 +112,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  enum class Admission { accepted, queue_full, too_large, draining };
+  // prompt_too_long: the prompt (with one generated token) does not fit the context -- the one
+  // place that limit is checked; too_large: what it would reserve exceeds the whole budget.
+  enum class Admission { accepted, queue_full, prompt_too_long, too_large, draining };
   // Queues the request; events arrive on `handle`. On anything but accepted, *why says why.
   Admission submit(GenerationRequest request, std::shared_ptr<RequestHandle> handle, std::string* why);
 
@@ -163,6 +165,7 @@ class Scheduler {
     std::shared_ptr<RequestHandle> handle;
     SharedPrefixes::Lookup on_disk;  // what the disk tier had, fetched before queueing
     SharedPrefixes::Lookup stored;   // what the shared store had beyond that
+    size_t reservation = 0;          // KV bytes for prompt + max_tokens (KvFootprint), computed once
   };
   std::deque<Waiting> waiting_;
   bool draining_ = false;

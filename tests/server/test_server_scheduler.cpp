@@ -149,7 +149,7 @@ TEST(ServerScheduler, RefusesWhatCanNeverFitAndWhatOverflowsTheQueue) {
   // Longer than the context.
   GenerationRequest too_long;
   too_long.prompt.assign(static_cast<size_t>(s.context()), 5);
-  EXPECT_EQ(s.submit(too_long, h, &why), Scheduler::Admission::too_large);
+  EXPECT_EQ(s.submit(too_long, h, &why), Scheduler::Admission::prompt_too_long);
   EXPECT_NE(why.find("context"), std::string::npos) << why;
   // More KV than the whole budget (1 MiB holds fewer than 256 dense tokens of this model? check).
   GenerationRequest big = greedy("In the beginning", s.context() - 10);
