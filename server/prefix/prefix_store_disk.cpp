@@ -165,7 +165,7 @@ void DiskPrefixStore::load_index() {
 
 std::string DiskPrefixStore::describe() const {
   std::lock_guard lock(mutex_);
-  return fmt::format("disk {} (LMDB, budget {} MiB; holds {} prefixes, {} MiB)", path_, options_.budget_bytes >> 20,
+  return fmt::format("{} (LMDB, budget {} MiB; holds {} prefixes, {} MiB)", path_, options_.budget_bytes >> 20,
                      index_.size(), stored_bytes_ >> 20);
 }
 
