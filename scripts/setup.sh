@@ -11,6 +11,7 @@ packages=(
   libcpp-httplib-dev            # serve-bench's HTTP client
   libxxhash-dev                 # XXH3 checksums of saved caches
   libhiredis-dev                # serve --prefix-store (Redis client)
+  liblmdb-dev                   # serve --prefix-disk (the local disk tier of prompt prefixes)
   redis-server nginx            # the shared prefix store's tests (a store, a load balancer)
   clang-14 libclang-rt-14-dev   # libFuzzer and sanitizer builds
   gnuplot-nox                   # docs/ plots

@@ -58,9 +58,11 @@ json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          // store_tokens (not an OpenAI field; clients ignore it): the part of cached_tokens that
-          // came from the shared prefix store rather than this replica's own prefix cache.
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"store_tokens", u.store_tokens}}}};
+          // disk_tokens and store_tokens (not OpenAI fields; clients ignore them): the parts of
+          // cached_tokens that came from this server's disk tier and from the shared prefix store
+          // rather than its in-process prefix cache.
+          {"prompt_tokens_details",
+           {{"cached_tokens", u.cached_tokens}, {"disk_tokens", u.disk_tokens}, {"store_tokens", u.store_tokens}}}};
 }
 
 }  // namespace
@@ -309,6 +311,7 @@ Usage total_usage(const std::vector<Choice>& choices) {
     u.prompt_tokens += c.last.usage.prompt_tokens;
     u.cached_tokens += c.last.usage.cached_tokens;
     u.store_tokens += c.last.usage.store_tokens;
+    u.disk_tokens += c.last.usage.disk_tokens;
   }
   return u;
 }

@@ -98,7 +98,7 @@ size_t PrefixCache::insert(const std::vector<int>& prompt, const PromptCache& ca
   return bytes;
 }
 
-size_t PrefixCache::evict_one() {
+size_t PrefixCache::evict_one(Entry* evicted) {
   if (entries_.empty()) return 0;
   auto victim = std::prev(entries_.end());
   const uint64_t hash = page_hashes(victim->tokens, victim->tokens.size() / page_tokens_).back();
@@ -111,6 +111,7 @@ size_t PrefixCache::evict_one() {
   }
   const size_t bytes = victim->bytes;
   bytes_ -= bytes;
+  if (evicted != nullptr) *evicted = std::move(*victim);
   entries_.erase(victim);
   return bytes;
 }

@@ -43,8 +43,9 @@ class PrefixCache {
   // Stores the state of `cache` as the prefix prompt[0, cache.size()) (a whole number of pages).
   // Returns the bytes added (0 if it was already there).
   size_t insert(const std::vector<int>& prompt, const PromptCache& cache);
-  // Drops the least recently used entry; returns its bytes (0 if empty).
-  size_t evict_one();
+  // Drops the least recently used entry (moved to *evicted when given: the disk tier keeps it);
+  // returns its bytes (0 if empty).
+  size_t evict_one(Entry* evicted = nullptr);
 
   // Prefixes recur before they are stored: a prompt that shares its first pages with an earlier
   // prompt (a system prompt, a document) marks where the two part, so that point is stored and

@@ -21,6 +21,7 @@ std::optional<std::string> MemoryPrefixStore::get(const std::string& key) {
   }
   const auto it = values_.find(key);
   if (evicting || it == values_.end()) return std::nullopt;
+  counters_.read_bytes_total += it->second.size();
   return it->second;
 }
 

@@ -8,6 +8,9 @@
 // returns at once: writes go out on the store's own thread and never delay a request; a write
 // that fails or does not fit in the queue is dropped and counted.
 //
+// Two stores implement it in production: RedisPrefixStore (shared by replicas) and
+// DiskPrefixStore (server/prefix/prefix_store_disk.hpp: this replica's local disk, LMDB).
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -34,6 +37,10 @@ struct StoreCounters {
   uint64_t writes_failed_total = 0;   // writes the store refused or that hit an error
   uint64_t writes_dropped_total = 0;  // writes dropped because the queue was full
   uint64_t calls_failed_total = 0;    // lookups that hit an error or a timeout
+  uint64_t read_bytes_total = 0;      // bytes of the values get() returned
+  uint64_t evictions_total = 0;       // values the store dropped for room (counted where it says so)
+  size_t queued_writes = 0;           // gauge: writes waiting in the queue
+  size_t stored_bytes = 0, stored_values = 0;  // gauges, where the store knows them (disk)
 };
 
 class PrefixStore {
@@ -44,6 +51,10 @@ class PrefixStore {
   // The value, or nullopt when the key is gone (e.g. evicted since exists()).
   virtual std::optional<std::string> get(const std::string& key) = 0;
   virtual void put(std::string key, std::string value) = 0;
+  // The value under `key` was refused by its reader (damaged, another model's): a store that
+  // keeps values until evicted (disk) drops it, so it is neither refused again nor kept from
+  // being replaced. Redis values expire on their own and are overwritten by the next offer.
+  virtual void refused(const std::string& /*key*/) {}
   // Waits (up to `ms`) until every queued write has been attempted: tests and benchmarks.
   virtual void flush(int ms) = 0;
   virtual StoreCounters counters() const = 0;

@@ -275,6 +275,10 @@ std::optional<std::string> RedisPrefixStore::get(const std::string& key) {
     throw;
   }
   give_back(conn);
+  if (value) {
+    std::lock_guard lock(mutex_);
+    counters_.read_bytes_total += value->size();
+  }
   return value;
 }
 
@@ -298,7 +302,9 @@ void RedisPrefixStore::flush(int ms) {
 
 StoreCounters RedisPrefixStore::counters() const {
   std::lock_guard lock(mutex_);
-  return counters_;
+  StoreCounters c = counters_;
+  c.queued_writes = queue_.size();
+  return c;
 }
 
 void RedisPrefixStore::writer_loop() {

@@ -79,8 +79,9 @@ uint64_t cache_config_hash(const CacheConfig& config) {
 }
 
 SharedPrefixes::SharedPrefixes(std::shared_ptr<PrefixStore> store, const engine::Model& model,
-                               const CacheConfig& config, size_t block_tokens)
+                               const CacheConfig& config, size_t block_tokens, std::string tier)
     : store_(std::move(store)),
+      tier_(std::move(tier)),
       n_layers_(model.config.n_layers),
       kv_heads_(model.config.n_kv_heads),
       head_dim_(model.config.head_dim) {
@@ -121,29 +122,44 @@ void SharedPrefixes::check_layers(const PromptCache& cache) const {
   }
 }
 
-SharedPrefixes::Lookup SharedPrefixes::lookup(const std::vector<int>& prompt, size_t limit) {
+bool SharedPrefixes::holds(std::span<const int> tokens) {
+  const size_t blocks = tokens.size() / id_.block_tokens;
+  if (blocks == 0 || blocks * id_.block_tokens != tokens.size()) return false;
+  try {
+    const auto found = store_->exists({prefix_key(prefix_chain(id_, tokens, blocks).back())});
+    return found.size() == 1 && found[0];
+  } catch (const StoreUnavailable&) {
+    return false;
+  }
+}
+
+SharedPrefixes::Lookup SharedPrefixes::lookup(const std::vector<int>& prompt, size_t limit, size_t longer_than) {
   Lookup result;
   const size_t blocks = std::min(limit, prompt.size()) / id_.block_tokens;
-  {
-    std::lock_guard lock(mutex_);
-    ++metrics_.lookups_total;
-  }
-  if (blocks == 0) return result;
-  const std::vector<uint64_t> chain = prefix_chain(id_, prompt, blocks);
-  std::vector<std::string> keys;
-  keys.reserve(blocks);
-  for (const uint64_t h : chain) keys.push_back(prefix_key(h));
+  const size_t first = std::min(blocks, longer_than / id_.block_tokens);  // blocks asked about: [first, blocks)
   auto count = [&](uint64_t SharedPrefixMetrics::*field) {
     std::lock_guard lock(mutex_);
     ++(metrics_.*field);
   };
+  if (first == blocks && longer_than > 0) {
+    result.present.assign(blocks, false);
+    return result;  // a tier above found as much as there is: not a lookup
+  }
+  count(&SharedPrefixMetrics::lookups_total);
+  if (blocks == 0) return result;
+  const std::vector<uint64_t> chain = prefix_chain(id_, prompt, blocks);
+  std::vector<std::string> keys;
+  keys.reserve(blocks - first);
+  for (size_t b = first; b < blocks; ++b) keys.push_back(prefix_key(chain[b]));
   try {
     result.present = store_->exists(keys);
-    if (result.present.size() != blocks) throw StoreUnavailable("EXISTS answered for the wrong number of keys");
+    if (result.present.size() != keys.size()) throw StoreUnavailable("EXISTS answered for the wrong number of keys");
+    result.present.insert(result.present.begin(), first, false);
+    keys.insert(keys.begin(), first, std::string());
     // The longest present prefix first; a damaged or vanished one falls back to the next
     // (at most two fetches: a lookup is bounded by a few round trips).
     int fetches = 0;
-    for (size_t b = blocks; b-- > 0 && fetches < 2;) {
+    for (size_t b = blocks; b-- > first && fetches < 2;) {
       if (!result.present[b]) continue;
       ++fetches;
       const std::optional<std::string> value = store_->get(keys[b]);
@@ -165,7 +181,9 @@ SharedPrefixes::Lookup SharedPrefixes::lookup(const std::vector<int>& prompt, si
         // Not usable: treated as absent, so this replica's own result replaces it.
         result.present[b] = false;
         count(&SharedPrefixMetrics::rejected_total);
-        std::fprintf(stderr, "serve: prefix store value %s refused (%s): %s\n", keys[b].c_str(), e.kind().c_str(), e.what());
+        store_->refused(keys[b]);
+        std::fprintf(stderr, "serve: prefix %s value %s refused (%s): %s\n", tier_.c_str(), keys[b].c_str(),
+                     e.kind().c_str(), e.what());
       }
     }
   } catch (const StoreUnavailable&) {

@@ -1,4 +1,6 @@
-// SharedPrefixes: the prefix tier shared by server replicas through a PrefixStore (Redis).
+// SharedPrefixes: a prefix tier below the in-process prefix cache, on a PrefixStore: this
+// machine's disk (DiskPrefixStore) or Redis shared by replicas (RedisPrefixStore). The scheduler
+// keeps one of each at most and looks them up in that order (RAM -> disk -> Redis -> compute).
 //
 // After a replica computes a prompt prefix that ends on a block boundary (a page: the points
 // where the in-process prefix cache takes its snapshots), offer() serializes that prefix's
@@ -51,16 +53,21 @@ struct SharedPrefixMetrics {
 
 class SharedPrefixes {
  public:
+  // `tier` names the tier in log lines ("store", "disk").
   SharedPrefixes(std::shared_ptr<PrefixStore> store, const engine::Model& model, const CacheConfig& config,
-                 size_t block_tokens);
+                 size_t block_tokens, std::string tier = "store");
 
   struct Lookup {
     std::optional<PromptCache> cache;  // the longest usable stored prefix
     size_t tokens = 0;                 // its length (0 without one)
     std::vector<bool> present;         // per block boundary up to the limit: the store holds it
   };
-  // The longest stored prefix of prompt[0, limit) (limit rounded down to whole blocks).
-  Lookup lookup(const std::vector<int>& prompt, size_t limit);
+  // The longest stored prefix of prompt[0, limit) (limit rounded down to whole blocks) that is
+  // longer than `longer_than` tokens (what a tier above already found: only longer ones are asked
+  // for, and `present` is false for the blocks up to it).
+  Lookup lookup(const std::vector<int>& prompt, size_t limit, size_t longer_than = 0);
+  // Whether the store holds exactly the prefix `tokens` (whole blocks); false when it cannot say.
+  bool holds(std::span<const int> tokens);
   // Queues the caches' state as the prefix prompt[0, cache.size()) (a whole number of blocks).
   void offer(const std::vector<int>& prompt, const PromptCache& cache) { put(encode(prompt, cache)); }
   // The same in two steps: encode now (the caches change later), queue when it is known to be
@@ -81,6 +88,7 @@ class SharedPrefixes {
   void check_layers(const PromptCache& cache) const;
 
   std::shared_ptr<PrefixStore> store_;
+  std::string tier_;
   PrefixIdentity id_;
   int n_layers_, kv_heads_, head_dim_;
   // Per layer: the class and the metadata an empty cache of the configuration has and that

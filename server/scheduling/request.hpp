@@ -38,7 +38,8 @@ struct GenerationRequest {
 struct Usage {
   size_t prompt_tokens = 0;
   size_t completion_tokens = 0;
-  size_t cached_tokens = 0;  // prompt tokens restored (prefix cache or shared store), not computed
+  size_t cached_tokens = 0;  // prompt tokens restored (prefix cache, disk or shared store), not computed
+  size_t disk_tokens = 0;    // of which from this server's disk tier (--prefix-disk)
   size_t store_tokens = 0;   // of which from the shared store (other replicas' work)
 };
 

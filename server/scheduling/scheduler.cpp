@@ -25,9 +25,12 @@ struct Scheduler::Sequence {
   size_t fed = 0;                   // prompt tokens in the cache
   size_t cached = 0;                // of which restored from the prefix cache or the store
   size_t from_store = 0;            // of which restored from the shared store
+  size_t from_disk = 0;             // of which restored from the disk tier
   std::vector<bool> in_store;       // per page boundary: the shared store already holds it
+  std::vector<bool> in_disk;        // per page boundary: the disk tier already holds it
   // The prompt and generated tokens up to the last page boundary the answer crossed, encoded for
-  // the shared store: queued when the sequence ends (the next turn of a chat starts with them).
+  // the disk tier and the shared store: queued when the sequence ends (the next turn of a chat
+  // starts with them).
   std::optional<SharedPrefixes::Encoded> answer_prefix;
   std::vector<int> generated;       // sampled tokens (the last one not yet fed)
   std::vector<engine::TokenLogprob> prompt_logprobs;  // with request.prompt_logprobs, during prefill
@@ -105,6 +108,10 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
     shared_ = std::make_unique<SharedPrefixes>(options_.prefix_store, model, options_.cache, options_.page_tokens);
     metrics_.prefix_store = true;
   }
+  if (options_.prefix_disk) {
+    disk_ = std::make_unique<SharedPrefixes>(options_.prefix_disk, model, options_.cache, options_.page_tokens, "disk");
+    metrics_.prefix_disk = true;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -133,10 +140,14 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
                     need, n, request.max_tokens, options_.kv_budget));
     return Admission::too_large;
   }
-  // The shared store's longest prefix, fetched here so the engine loop never waits on the
-  // network (at most a few round trips, each bounded by the store's timeout).
-  SharedPrefixes::Lookup stored;
-  if (shared_ && !request.prompt_logprobs) stored = shared_->lookup(request.prompt, n - 1);
+  // The disk tier's and the shared store's longest prefixes, fetched here so the engine loop never
+  // waits on the disk or the network (at most a few round trips, each bounded by the store's
+  // timeout); the store is asked only for prefixes longer than the disk's.
+  SharedPrefixes::Lookup on_disk, stored;
+  if (!request.prompt_logprobs) {
+    if (disk_) on_disk = disk_->lookup(request.prompt, n - 1);
+    if (shared_) stored = shared_->lookup(request.prompt, n - 1, on_disk.tokens);
+  }
   {
     std::lock_guard lock(mutex_);
     if (draining_) {
@@ -150,7 +161,7 @@ Scheduler::Admission Scheduler::submit(GenerationRequest request, std::shared_pt
       say(fmt::format("{} requests are waiting (--max-queue {}); retry later", waiting_.size(), options_.max_queue));
       return Admission::queue_full;
     }
-    waiting_.push_back({std::move(request), std::move(handle), std::move(stored), need});
+    waiting_.push_back({std::move(request), std::move(handle), std::move(on_disk), std::move(stored), need});
     metrics_.waiting = waiting_.size();
   }
   wake_.notify_all();
@@ -183,6 +194,7 @@ SchedulerMetrics Scheduler::metrics() const {
     m = metrics_;
   }
   if (shared_) m.shared = shared_->metrics();
+  if (disk_) m.disk = disk_->metrics();
   return m;
 }
 
@@ -223,9 +235,9 @@ void Scheduler::loop() {
 }
 
 void Scheduler::admit() {
-  const engine::ModelConfig& c = model_.config;
   for (;;) {
     Waiting next;
+    std::vector<PrefixCache::Entry> evicted;
     {
       std::lock_guard lock(mutex_);
       // Requests cancelled while waiting leave without ever running, from anywhere in the queue
@@ -240,71 +252,112 @@ void Scheduler::admit() {
       if (computing(request.prompt) && !request.prompt_logprobs) return;
       const size_t need = waiting_.front().reservation;
       while (reserved_ + impl_->prefixes.bytes() + need > options_.kv_budget && impl_->prefixes.size() > 0) {
-        impl_->prefixes.evict_one();
+        impl_->prefixes.evict_one(disk_ ? &evicted.emplace_back() : nullptr);
         ++metrics_.prefix_cache_evictions_total;
       }
-      if (reserved_ + need > options_.kv_budget) return;  // waits for running sequences to finish
-      next = std::move(waiting_.front());
-      waiting_.pop_front();
-      metrics_.waiting = waiting_.size();
+      if (reserved_ + need > options_.kv_budget) {
+        if (evicted.empty()) return;  // waits for running sequences to finish
+      } else {
+        next = std::move(waiting_.front());
+        waiting_.pop_front();
+        metrics_.waiting = waiting_.size();
+      }
     }
+    park_on_disk(evicted);  // outside the lock: encoding copies the caches
+    if (!next.handle) return;
     auto seq = std::make_unique<Sequence>();
     seq->request = std::move(next.request);
     seq->handle = std::move(next.handle);
     seq->in_store = std::move(next.stored.present);
+    seq->in_disk = std::move(next.on_disk.present);
     const auto& prompt = seq->request.prompt;
     seq->reservation = next.reservation;
     reserved_ += seq->reservation;
-    // The longest stored prefix, leaving at least one prompt token to compute (its logits start
-    // the generation): the in-process one, or the shared store's when that is longer.
-    // (None for a request that scores its prompt: that needs the logits at every position.)
-    const PrefixCache::Entry* hit = options_.prefix_cache && !seq->request.prompt_logprobs
-                                        ? impl_->prefixes.lookup(prompt, prompt.size() - 1)
-                                        : nullptr;
-    const bool from_store =
-        next.stored.cache.has_value() && next.stored.tokens > (hit != nullptr ? hit->tokens.size() : 0);
-    if (from_store) {
-      seq->cache = std::move(*next.stored.cache);
-      seq->fed = seq->cached = seq->from_store = next.stored.tokens;
-      hit = nullptr;
-    } else if (hit != nullptr) {
-      try {
-        seq->cache = PrefixCache::restore(*hit);
-        seq->fed = seq->cached = hit->tokens.size();
-      } catch (const std::exception& e) {
-        // A stored state that no longer loads (it should not happen): compute the prompt instead.
-        std::fprintf(stderr, "serve: a stored prefix did not restore (%s); computing it\n", e.what());
-        hit = nullptr;
-      }
-    }
-    if (!from_store && hit == nullptr) seq->cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
+    const Source source = restore_prefix(*seq, next);
     for (size_t l = 0; l < seq->cache.n_layers(); ++l) seq->layers.push_back(&seq->cache.layer(l));
     seq->sampler.emplace(seq->request.sampling);
     seq->text.emplace(tokenizer_, prompt.back(), seq->request.stop);
-    // Prefixes worth keeping: each mark (and the prompt's end) rounded down to whole pages.
-    if (options_.prefix_cache || shared_) {
-      auto marks = seq->request.prefix_marks;
-      marks.push_back(prompt.size() - 1);
-      marks.push_back(impl_->prefixes.longest_seen(prompt, prompt.size() - 1));
-      impl_->prefixes.remember(prompt);
-      for (const size_t mark : marks) {
-        const size_t at = std::min(mark, prompt.size() - 1) / options_.page_tokens * options_.page_tokens;
-        if (at > seq->fed) seq->snapshot_at.push_back(at);
-      }
-      std::sort(seq->snapshot_at.begin(), seq->snapshot_at.end());
-      seq->snapshot_at.erase(std::unique(seq->snapshot_at.begin(), seq->snapshot_at.end()), seq->snapshot_at.end());
-    }
+    plan_prefix_snapshots(*seq);
     {
       std::lock_guard lock(mutex_);
       metrics_.prompt_tokens_total += prompt.size();
-      metrics_.prompt_tokens_cached_total += seq->cached - seq->from_store;
+      metrics_.prompt_tokens_cached_total += seq->cached - seq->from_store - seq->from_disk;
       metrics_.prompt_tokens_store_total += seq->from_store;
+      metrics_.prompt_tokens_disk_total += seq->from_disk;
       metrics_.prompt_tokens_computed_total += prompt.size() - seq->cached;
-      if (options_.prefix_cache) ++(hit != nullptr ? metrics_.prefix_cache_hits_total : metrics_.prefix_cache_misses_total);
-      if (shared_) ++(from_store ? metrics_.prefix_store_hits_total : metrics_.prefix_store_misses_total);
+      if (options_.prefix_cache) {
+        ++(source == Source::ram ? metrics_.prefix_cache_hits_total : metrics_.prefix_cache_misses_total);
+      }
+      if (disk_) ++(source == Source::disk ? metrics_.prefix_disk_hits_total : metrics_.prefix_disk_misses_total);
+      if (shared_) ++(source == Source::store ? metrics_.prefix_store_hits_total : metrics_.prefix_store_misses_total);
     }
     running_.push_back(std::move(seq));
   }
+}
+
+Scheduler::Source Scheduler::restore_prefix(Sequence& seq, Waiting& next) {
+  const engine::ModelConfig& c = model_.config;
+  const auto& prompt = seq.request.prompt;
+  // The longest stored prefix, leaving at least one prompt token to compute (its logits start
+  // the generation): the in-process one, the disk's or the shared store's, whichever is longest
+  // (in that order on a tie). (None for a request that scores its prompt: that needs the logits
+  // at every position.)
+  const PrefixCache::Entry* hit = options_.prefix_cache && !seq.request.prompt_logprobs
+                                      ? impl_->prefixes.lookup(prompt, prompt.size() - 1)
+                                      : nullptr;
+  const size_t ram = hit != nullptr ? hit->tokens.size() : 0;
+  const size_t disk = next.on_disk.cache ? next.on_disk.tokens : 0;
+  const size_t store = next.stored.cache ? next.stored.tokens : 0;
+  if (store > std::max(ram, disk)) {
+    seq.cache = std::move(*next.stored.cache);
+    seq.fed = seq.cached = seq.from_store = store;
+    return Source::store;
+  }
+  if (disk > ram) {
+    seq.cache = std::move(*next.on_disk.cache);
+    seq.fed = seq.cached = seq.from_disk = disk;
+    return Source::disk;
+  }
+  if (hit != nullptr) {
+    try {
+      seq.cache = PrefixCache::restore(*hit);
+      seq.fed = seq.cached = ram;
+      return Source::ram;
+    } catch (const std::exception& e) {
+      // A stored state that no longer loads (it should not happen): compute the prompt instead.
+      std::fprintf(stderr, "serve: a stored prefix did not restore (%s); computing it\n", e.what());
+    }
+  }
+  seq.cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
+  return Source::none;
+}
+
+void Scheduler::plan_prefix_snapshots(Sequence& seq) {
+  // Prefixes worth keeping: each mark (and the prompt's end) rounded down to whole pages.
+  if (!options_.prefix_cache && !shared_ && !disk_) return;
+  const auto& prompt = seq.request.prompt;
+  auto marks = seq.request.prefix_marks;
+  marks.push_back(prompt.size() - 1);
+  marks.push_back(impl_->prefixes.longest_seen(prompt, prompt.size() - 1));
+  impl_->prefixes.remember(prompt);
+  for (const size_t mark : marks) {
+    const size_t at = std::min(mark, prompt.size() - 1) / options_.page_tokens * options_.page_tokens;
+    if (at > seq.fed) seq.snapshot_at.push_back(at);
+  }
+  std::sort(seq.snapshot_at.begin(), seq.snapshot_at.end());
+  seq.snapshot_at.erase(std::unique(seq.snapshot_at.begin(), seq.snapshot_at.end()), seq.snapshot_at.end());
+}
+
+void Scheduler::park_on_disk(std::vector<PrefixCache::Entry>& evicted) {
+  for (const PrefixCache::Entry& entry : evicted) {
+    if (disk_->holds(entry.tokens)) continue;  // e.g. restored from it
+    try {
+      disk_->offer(entry.tokens, PrefixCache::restore(entry));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "serve: an evicted prefix was not written to disk: %s\n", e.what());
+    }
+  }
+  evicted.clear();
 }
 
 bool Scheduler::step() {
@@ -357,7 +410,7 @@ bool Scheduler::step() {
     }
   }
   for (auto& seq : running_) take_prefix_snapshots(*seq);
-  if (shared_) {
+  if (shared_ || disk_) {
     for (auto& seq : running_) keep_answer_prefix(*seq);
   }
   for (size_t i = running_.size(); i-- > 0;) {
@@ -458,11 +511,16 @@ void Scheduler::take_prefix_snapshots(Sequence& seq) {
       const size_t block = at / options_.page_tokens - 1;
       if (block >= seq.in_store.size() || !seq.in_store[block]) shared_->offer(seq.request.prompt, seq.cache);
     }
-    if (!options_.prefix_cache || impl_->prefixes.contains(seq.request.prompt, at)) continue;
-    // Kept only within the budget left by the running sequences' reservations.
+    if (options_.prefix_cache && impl_->prefixes.contains(seq.request.prompt, at)) continue;
+    // Kept in RAM only within the budget left by the running sequences' reservations; else on
+    // the disk tier (unless it holds it already).
     const size_t room = options_.kv_budget - std::min(options_.kv_budget, reserved_ + impl_->prefixes.bytes());
-    if (allocated_bytes(seq.cache) > room) continue;
-    impl_->prefixes.insert(seq.request.prompt, seq.cache);
+    if (options_.prefix_cache && allocated_bytes(seq.cache) <= room) {
+      impl_->prefixes.insert(seq.request.prompt, seq.cache);
+    } else if (disk_) {
+      const size_t block = at / options_.page_tokens - 1;
+      if (block >= seq.in_disk.size() || !seq.in_disk[block]) disk_->offer(seq.request.prompt, seq.cache);
+    }
   }
 }
 
@@ -475,7 +533,7 @@ void Scheduler::keep_answer_prefix(Sequence& seq) {
   if (n - prompt.size() > seq.generated.size()) return;  // cannot happen: a sampled token precedes each fed one
   std::vector<int> tokens(prompt);
   tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.begin() + static_cast<long>(n - prompt.size()));
-  seq.answer_prefix = shared_->encode(tokens, seq.cache);
+  seq.answer_prefix = (disk_ ? disk_ : shared_)->encode(tokens, seq.cache);  // one value format
 }
 
 void Scheduler::finish(Sequence& seq, const std::string& reason) {
@@ -486,6 +544,7 @@ void Scheduler::finish(Sequence& seq, const std::string& reason) {
   done.usage.completion_tokens = seq.generated.size();
   done.usage.cached_tokens = seq.cached;
   done.usage.store_tokens = seq.from_store;
+  done.usage.disk_tokens = seq.from_disk;
   seq.handle->push(std::move(done));
   seq.done = true;
   std::lock_guard lock(mutex_);
@@ -500,7 +559,10 @@ void Scheduler::fail(Sequence& seq, const std::string& error) {
 }
 
 void Scheduler::release(size_t index) {
-  if (shared_ && running_[index]->answer_prefix) shared_->put(std::move(*running_[index]->answer_prefix));
+  if (auto& answer = running_[index]->answer_prefix) {
+    if (disk_ && shared_) disk_->put(*answer);  // a copy: the store gets it too
+    (shared_ ? shared_ : disk_)->put(std::move(*answer));
+  }
   reserved_ -= running_[index]->reservation;
   running_.erase(running_.begin() + static_cast<long>(index));
 }

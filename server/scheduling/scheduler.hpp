@@ -24,6 +24,11 @@
 //      end-of-generation token, a stop string, max_tokens or the context's end. A request
 //      scoring its prompt (prompt_logprobs) runs its chunks with every row's logits and gets
 //      each prompt token's log-probability; it never restores a stored prefix.
+// Below the prefix cache, a disk tier (SchedulerOptions::prefix_disk, this machine's disk) keeps
+// the prefixes the cache evicts, those it has no room for, and each finished sequence's prompt
+// plus answer up to its last page boundary; submit() looks it up before the shared store (and asks
+// the store only for prefixes longer than the disk's), so the order is RAM -> disk -> store ->
+// compute, and admission takes the longest (RAM, then disk, on a tie).
 // With a shared prefix store (SchedulerOptions::prefix_store), submit() -- on the caller's HTTP
 // thread, never the engine loop -- looks up the longest prefix of the prompt another replica
 // stored, and admission takes whichever of that and the in-process prefix is longer; the
@@ -54,6 +59,7 @@
 #include "engine/tokenizer/tokenizer.hpp"
 #include "server/scheduling/kv_budget.hpp"
 #include "server/scheduling/request.hpp"
+#include "server/prefix/prefix_cache.hpp"
 #include "server/prefix/shared_prefixes.hpp"
 #include "turbokv/prompt_cache.hpp"
 
@@ -83,6 +89,9 @@ struct SchedulerOptions {
   // The tier shared with other replicas (server/prefix/shared_prefixes.hpp): null for none. Blocks are
   // pages.
   std::shared_ptr<PrefixStore> prefix_store;
+  // This server's disk tier (server/prefix/prefix_store_disk.hpp; any PrefixStore in tests): null for
+  // none. Same values as the shared tier.
+  std::shared_ptr<PrefixStore> prefix_disk;
 };
 
 // Counters and gauges for /metrics (a consistent snapshot).
@@ -95,6 +104,10 @@ struct SchedulerMetrics {
   uint64_t prefix_store_hits_total = 0, prefix_store_misses_total = 0;
   bool prefix_store = false;  // a shared store is configured (then `shared` is filled in)
   SharedPrefixMetrics shared;
+  uint64_t prompt_tokens_disk_total = 0;  // restored from the disk tier (not in cached_total)
+  uint64_t prefix_disk_hits_total = 0, prefix_disk_misses_total = 0;
+  bool prefix_disk = false;  // a disk tier is configured (then `disk` is filled in)
+  SharedPrefixMetrics disk;
   uint64_t generated_tokens_total = 0;
   uint64_t prefix_cache_hits_total = 0, prefix_cache_misses_total = 0, prefix_cache_evictions_total = 0;
   uint64_t requests_finished_total = 0, requests_cancelled_total = 0, requests_failed_total = 0;
@@ -149,6 +162,13 @@ class Scheduler {
   bool computing(const std::vector<int>& prompt) const;
   // Logprobs of the prompt tokens a chunk's logits predict; the prompt event after the last chunk.
   void score_prompt_chunk(Sequence& seq, std::span<const int> chunk, std::span<const float> logits);
+  struct Waiting;
+  // Restores the longest stored prefix `next` may start from (RAM, disk, store); says which.
+  enum class Source { none, ram, disk, store };
+  Source restore_prefix(Sequence& seq, Waiting& next);
+  void plan_prefix_snapshots(Sequence& seq);
+  // Writes prefixes the prefix cache evicted to the disk tier (unless it holds them).
+  void park_on_disk(std::vector<PrefixCache::Entry>& evicted);
   void take_prefix_snapshots(Sequence& seq);
   void keep_answer_prefix(Sequence& seq);
   void update_gauges();
@@ -164,8 +184,9 @@ class Scheduler {
   struct Waiting {
     GenerationRequest request;
     std::shared_ptr<RequestHandle> handle;
-    SharedPrefixes::Lookup stored;  // what the shared store had, fetched before queueing
-    size_t reservation = 0;         // KV bytes for prompt + max_tokens (KvFootprint), computed once
+    SharedPrefixes::Lookup on_disk;  // what the disk tier had, fetched before queueing
+    SharedPrefixes::Lookup stored;   // what the shared store had beyond that
+    size_t reservation = 0;          // KV bytes for prompt + max_tokens (KvFootprint), computed once
   };
   std::deque<Waiting> waiting_;
   bool draining_ = false;
@@ -178,6 +199,7 @@ class Scheduler {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<SharedPrefixes> shared_;  // null without a store
+  std::unique_ptr<SharedPrefixes> disk_;    // null without a disk tier
   std::thread thread_;
 };
 

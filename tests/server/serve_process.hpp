@@ -99,6 +99,13 @@ class Serve {
     const size_t at = m.find("\n" + name + " ");
     return at == std::string::npos ? -1 : std::stod(m.substr(at + name.size() + 2));
   }
+  // SIGKILL now (no shutdown of any kind: a crash), and reaped.
+  void kill_now() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
   // SIGTERM, then seconds until it exited (or -1 past `limit`).
   double terminate(std::chrono::seconds limit) {
     const auto t0 = Clock::now();

@@ -24,6 +24,7 @@
 #include "engine/tokenizer/synthetic_tokenizer.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "server/http/api_server.hpp"
+#include "server/prefix/prefix_store_disk.hpp"
 #include "server/prefix/prefix_store_redis.hpp"
 #include "server/scheduling/scheduler.hpp"
 #include "tools/command_registry.hpp"
@@ -53,6 +54,8 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   std::string prefix_store;
   server::RedisStoreOptions redis;
+  std::string prefix_disk;
+  std::string prefix_disk_budget = "8GiB";
   double shutdown_grace = 30;
 };
 
@@ -89,6 +92,11 @@ int run_serve(const ServeArgs& a) {
   so.prefix_cache = !a.no_prefix_cache;
   if (!a.prefix_store.empty()) {
     so.prefix_store = std::make_shared<server::RedisPrefixStore>(server::parse_redis_url(a.prefix_store), a.redis);
+  }
+  if (!a.prefix_disk.empty()) {
+    server::DiskStoreOptions disk;
+    disk.budget_bytes = server::parse_byte_size(a.prefix_disk_budget);
+    so.prefix_disk = std::make_shared<server::DiskPrefixStore>(a.prefix_disk, disk);
   }
 
   server::ApiServer api(a.http);
@@ -142,6 +150,9 @@ int run_serve(const ServeArgs& a) {
               kv_cache_label(so.cache).c_str(), so.page_tokens, so.kv_budget,
               static_cast<double>(so.kv_budget) / static_cast<double>(scheduler.reservation(static_cast<size_t>(scheduler.context()))),
               static_cast<double>(so.kv_budget) / static_cast<double>(fp16_seq));
+  if (so.prefix_disk) {
+    std::printf("prefix disk %s, blocks of %zu tokens\n", so.prefix_disk->describe().c_str(), so.page_tokens);
+  }
   if (so.prefix_store) {
     std::printf("prefix store %s, blocks of %zu tokens\n", so.prefix_store->describe().c_str(), so.page_tokens);
   }
@@ -191,6 +202,12 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
   app.add_flag("--no-prefix-cache", a->no_prefix_cache, "do not keep computed prompt prefixes for reuse");
   app.add_option("--prefix-store", a->prefix_store,
                  "share computed prompt prefixes with other replicas through Redis: redis://[:PASSWORD@]HOST:PORT[/DB]");
+  app.add_option("--prefix-disk", a->prefix_disk,
+                 "keep evicted prompt prefixes and finished turns on local disk, in this directory (LMDB; survives "
+                 "restarts; one server per directory)");
+  app.add_option("--prefix-disk-budget", a->prefix_disk_budget,
+                 "bytes of prefixes --prefix-disk keeps (least recently used dropped first), e.g. 20GiB")
+      ->capture_default_str();
   app.add_option("--prefix-store-timeout", a->redis.timeout_ms, "milliseconds per Redis call (then: compute)")
       ->capture_default_str()->check(CLI::Range(1, 60000));
   app.add_option("--prefix-store-ttl", a->redis.ttl_seconds, "seconds a stored prefix lives (0: until Redis evicts it)")
