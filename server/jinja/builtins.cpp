@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <string_view>
 
 #include "server/jinja/interpreter.hpp"
@@ -584,9 +585,15 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, const 
   in.fail("the test '" + name + "' is not supported");
 }
 
-Value apply_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
-  using K = Value::Kind;
-  const Value* a0 = a.positional.empty() ? nullptr : &a.positional[0];
+namespace {
+
+// The filters, in three groups (each returns nothing for a name it does not have).
+using FilterResult = std::optional<Value>;
+
+// Strings, JSON, lengths and the container views.
+FilterResult text_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  [[maybe_unused]] const Value* a0 = a.positional.empty() ? nullptr : &a.positional[0];
+  using K [[maybe_unused]] = Value::Kind;
   if (name == "trim") return strip(v.to_str(), a.get(0, "chars"), true, true);
   if (name == "tojson") {
     // Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
@@ -650,6 +657,13 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
   if (name == "list") return Value::list(iterate(in, v));
   if (name == "string") return v.to_str();
   if (name == "safe") return v;
+  return std::nullopt;
+}
+
+// Numbers, replacing, ordering.
+FilterResult number_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  [[maybe_unused]] const Value* a0 = a.positional.empty() ? nullptr : &a.positional[0];
+  using K [[maybe_unused]] = Value::Kind;
   if (name == "int") {
     if (v.kind() == K::floating) {
       const double f = v.as_float();
@@ -721,6 +735,13 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     }
     return Value::list(std::move(out));
   }
+  return std::nullopt;
+}
+
+// Selecting, mapping, indenting, aggregates.
+FilterResult sequence_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  [[maybe_unused]] const Value* a0 = a.positional.empty() ? nullptr : &a.positional[0];
+  using K [[maybe_unused]] = Value::Kind;
   if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
     const bool by_attr = name == "selectattr" || name == "rejectattr";
     const bool keep_if = name == "selectattr" || name == "select";
@@ -819,6 +840,15 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
   }
   if (name == "wordcount") {
     return Value::integer(static_cast<int64_t>(split(in, v.to_str(), nullptr, nullptr).items().size()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Value apply_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  for (const auto group : {text_filter, number_filter, sequence_filter}) {
+    if (FilterResult r = group(in, name, v, a)) return std::move(*r);
   }
   in.fail("the filter '" + name + "' is not supported");
 }

@@ -21,6 +21,7 @@
 #include "server/prefix/prefix_store.hpp"
 #include "server/prefix/prefix_store_disk.hpp"
 #include "server/scheduling/scheduler.hpp"
+#include "kjv_server_fixture.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
@@ -152,41 +153,8 @@ TEST(DiskPrefixStore, AFileThatIsNotAStoreIsAClearError) {
 
 // ---- under the scheduler ----
 
-struct Result {
-  std::string text;
-  Usage usage;
-  std::string error;
-};
-
-Result run(Scheduler& s, const std::vector<int>& prompt, int max_tokens = 24) {
-  GenerationRequest g;
-  g.prompt = prompt;
-  g.max_tokens = max_tokens;
-  g.sampling.temperature = 0;
-  auto h = std::make_shared<RequestHandle>();
-  std::string why;
-  Result r;
-  if (s.submit(std::move(g), h, &why) != Scheduler::Admission::accepted) {
-    r.error = why;
-    return r;
-  }
-  StreamEvent ev;
-  for (;;) {
-    if (!h->wait_next(ev, std::chrono::seconds(60))) {
-      r.error = "timeout";
-      return r;
-    }
-    if (ev.kind == StreamEvent::Kind::text) r.text += ev.text;
-    if (ev.kind == StreamEvent::Kind::failed) {
-      r.error = ev.error;
-      return r;
-    }
-    if (ev.kind == StreamEvent::Kind::finished) {
-      r.usage = ev.usage;
-      return r;
-    }
-  }
-}
+using Result = test::GreedyResult;
+using test::run;
 
 // budget_requests: how many requests of `prompt_tokens` + 24 the KV budget holds (so the prefix
 // cache must evict a conversation's prefix to admit other ones).

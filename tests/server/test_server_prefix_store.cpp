@@ -45,41 +45,8 @@ SchedulerOptions options(std::shared_ptr<PrefixStore> store, bool local_prefixes
   return o;
 }
 
-struct Result {
-  std::string text;
-  Usage usage;
-  std::string error;
-};
-
-Result run(Scheduler& s, const std::vector<int>& prompt, int max_tokens = 24) {
-  GenerationRequest g;
-  g.prompt = prompt;
-  g.max_tokens = max_tokens;
-  g.sampling.temperature = 0;
-  auto h = std::make_shared<RequestHandle>();
-  std::string why;
-  Result r;
-  if (s.submit(std::move(g), h, &why) != Scheduler::Admission::accepted) {
-    r.error = why;
-    return r;
-  }
-  StreamEvent ev;
-  for (;;) {
-    if (!h->wait_next(ev, std::chrono::seconds(60))) {
-      r.error = "timeout";
-      return r;
-    }
-    if (ev.kind == StreamEvent::Kind::text) r.text += ev.text;
-    if (ev.kind == StreamEvent::Kind::failed) {
-      r.error = ev.error;
-      return r;
-    }
-    if (ev.kind == StreamEvent::Kind::finished) {
-      r.usage = ev.usage;
-      return r;
-    }
-  }
-}
+using Result = test::GreedyResult;
+using test::run;
 
 const std::string kLong =
     "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness "
