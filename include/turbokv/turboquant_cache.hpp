@@ -105,7 +105,8 @@ struct TurboQuantCacheOptions {
   // through the window, and appending in any chunks still gives bit-identical caches.
   DenseDtype exact_dtype = DenseDtype::f32;
   // attend() multiplies the codes in int8 arithmetic (AttentionArithmetic::int8) unless a call
-  // asks otherwise. Not part of the stored format: a loaded cache starts exact.
+  // asks otherwise. Saved with the state (metadata attention=int8), so a loaded cache attends as
+  // the saved one did.
   bool int8_attention = false;
 };
 

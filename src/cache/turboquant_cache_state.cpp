@@ -73,6 +73,9 @@ CacheState TurboQuantKVCache::save_state() const {
       {"value_checksum", std::to_string(codec_checksum(*value_mse_))},
   };
   if (exact_f16()) state.metadata["exact_dtype"] = "f16";
+  // The arithmetic attend() uses is part of what the cache answers: a loaded cache (a restored
+  // prefix) must attend as the saved one did (the server's default is int8).
+  if (o.int8_attention) state.metadata["attention"] = "int8";
   const size_t d = head_dim_;
   const int64_t H = kv_heads_, D = head_dim_;
   const size_t element = exact_f16() ? 2 : 4;
@@ -141,6 +144,12 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   o.sinks = static_cast<size_t>(meta_int(state, "sinks", 0, int64_t{1} << 24));
   o.page_tokens = static_cast<size_t>(meta_int(state, "page_tokens", 1, 65536));
   if (state.metadata.count("exact_dtype") > 0) o.exact_dtype = parse_dense_dtype(meta_string(state, "exact_dtype"));
+  if (state.metadata.count("attention") > 0) {
+    const std::string attention = meta_string(state, "attention");
+    // Only written as int8 (absent: exact), so that saving a loaded cache gives the same bytes.
+    TURBOKV_CHECK(attention == "int8", "TurboQuantKVCache: attention must be int8 (or absent), got '{}'", attention);
+    o.int8_attention = true;
+  }
   const char* exact_type = o.exact_dtype == DenseDtype::f16 ? "F16" : "F32";
   const size_t element = o.exact_dtype == DenseDtype::f16 ? 2 : 4;
   const int64_t max_tokens = (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim);

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "turbokv/attention.hpp"
 #include "turbokv/codebook.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
@@ -183,6 +184,38 @@ TEST(TurboQuantKVCache, CenteredStateRoundTripsAndIsRequiredWhole) {
     }
   }
   EXPECT_THROW(TurboQuantKVCache::from_state(poisoned), Error);
+}
+
+// The attention arithmetic is part of the state: a loaded cache (the server's restored prefix)
+// attends as the saved one, int8 (serve's default) or exact, bit for bit; saving it again gives
+// the same metadata; an unknown value is refused.
+TEST(TurboQuantKVCache, AttentionArithmeticRoundTrips) {
+  const int H = 2, D = 64;
+  for (const bool int8 : {false, true}) {
+    auto o = opts(4, 4, 8, 1);
+    o.int8_attention = int8;
+    TurboQuantKVCache cache(H, D, o);
+    cache.append(random_normal(H * 40 * D, 41), random_normal(H * 40 * D, 42), 40);
+    const CacheState state = cache.save_state();
+    EXPECT_EQ(state.metadata.count("attention"), int8 ? 1u : 0u);
+    const auto loaded = TurboQuantKVCache::from_state(state);
+    EXPECT_EQ(loaded->options().int8_attention, int8);
+    EXPECT_EQ(loaded->save_state().metadata, state.metadata);
+    const auto q = random_normal(4 * 3 * D, 43);
+    std::vector<float> want(q.size()), got(q.size());
+    attend(q, 4, 3, cache, want);
+    attend(q, 4, 3, *loaded, got);
+    EXPECT_TRUE(turbokv::test::same_bits(want, got)) << "int8 " << int8;
+    // The two arithmetics do differ here, so the comparison above tells them apart.
+    AttentionOptions exact;
+    exact.arithmetic = AttentionArithmetic::exact;
+    std::vector<float> exact_out(q.size());
+    attend(q, 4, 3, cache, exact_out, exact);
+    EXPECT_EQ(turbokv::test::same_bits(want, exact_out), !int8);
+  }
+  CacheState bad = TurboQuantKVCache(H, D, opts(4, 4, 8, 1)).save_state();
+  bad.metadata["attention"] = "fp8";
+  EXPECT_THROW(TurboQuantKVCache::from_state(bad), Error);
 }
 
 // A trim that reaches into the sinks empties the compressed region; the next tokens refill the

@@ -15,6 +15,10 @@
 #include "engine/runtime/forward.hpp"
 #include "engine/tensor/matmul_kernels.hpp"
 #include "engine/model/model.hpp"
+#include "engine/model/gguf.hpp"
+#include "engine/model/gguf_convert.hpp"
+#include "turbokv/cache_config.hpp"
+#include "turbokv/cache_io.hpp"
 #include "engine/runtime/sampler.hpp"
 #include "engine/tensor/tensor_types.hpp"
 #include "turbokv/error.hpp"
@@ -317,6 +321,69 @@ TEST(BatchForward, BadEntriesAreRefusedBeforeAnyCacheChanges) {
   forward.run(std::vector<BatchEntry>{{good, la, false}});
   EXPECT_EQ(a.size(), 3u);
   EXPECT_THROW(forward.logits(0), Error);  // not asked for
+}
+
+}  // namespace
+}  // namespace turbokv::engine
+
+namespace turbokv::engine {
+namespace {
+
+// The server's prefix reuse: a prompt computed whole gives the bits of the same prompt computed
+// from a stored prefix (every layer saved and loaded at a page boundary, as PrefixCache and the
+// disk and Redis tiers keep it) plus the rest, on the f32 kjv model and its Q8_0 conversion, with
+// serve's default cache (int8 attention: a loaded cache used to attend exactly, so a restored
+// prefix answered differently) and others.
+TEST(BatchForward, RestoredPrefixGivesTheBitsOfComputingIt) {
+  ConvertOptions convert;
+  convert.type = GgmlType::Q8_0;
+  const std::string q8_path = ::testing::TempDir() + "/batch_forward_kjv_q8_0.gguf";
+  convert_llama2c_to_gguf(kModels + "/kjv-llama-3M.bin", q8_path, convert);
+  std::vector<int> prompt;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 98; ++i) prompt.push_back(1 + static_cast<int>(rng() % 500));
+  const size_t chunk = 16, restored = 48;
+  for (const bool q8 : {false, true}) {
+    const Model model = q8 ? load_gguf(q8_path) : load_model(kModels + "/kjv-llama-3M.bin");
+    ThreadPool pool(2);
+    BatchForward forward(model, pool);
+    KvRequest serve_default;
+    for (const CacheConfig& config :
+         {kv_request_config(serve_default, 4.0), parse_cache_config("turboquant:bits=4,page_tokens=16,attention=int8"),
+          parse_cache_config("turboquant:bits=4,window=32,sinks=1,page_tokens=16"),
+          parse_cache_config("dense:page_tokens=16")}) {
+      CacheConfig paged = config;
+      paged.tq.page_tokens = paged.dense_page_tokens = chunk;
+      SCOPED_TRACE(format_cache_config(paged) + (q8 ? ", Q8_0 weights" : ", f32 weights"));
+      // The prompt in chunks of 16, one step each, from `from` (a cache holding `from` tokens).
+      auto finish = [&](PromptCache& cache, size_t from) {
+        std::vector<float> last;
+        const std::vector<KVCache*> caches = layers(cache);
+        for (size_t fed = from; fed < prompt.size();) {
+          const size_t end = std::min(prompt.size(), fed + chunk);
+          const BatchEntry entry{std::span<const int>(prompt).subspan(fed, end - fed), caches,
+                                 end == prompt.size()};
+          forward.run(std::span<const BatchEntry>(&entry, 1));
+          fed = end;
+          if (entry.want_logits) last.assign(forward.logits(0).begin(), forward.logits(0).end());
+        }
+        return last;
+      };
+      const auto& c = model.config;
+      PromptCache whole = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, paged);
+      const std::vector<float> want = finish(whole, 0);
+      PromptCache stored = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, paged);
+      std::vector<int> head(prompt.begin(), prompt.begin() + restored);
+      std::swap(prompt, head);
+      finish(stored, 0);
+      std::swap(prompt, head);
+      PromptCache loaded;
+      for (size_t l = 0; l < stored.n_layers(); ++l) loaded.add_layer(load_kv_cache(stored.layer(l).save_state()));
+      ASSERT_EQ(loaded.size(), restored);
+      EXPECT_TRUE(same_bits(want, finish(loaded, restored)));
+    }
+  }
+  std::remove(q8_path.c_str());
 }
 
 }  // namespace

@@ -216,7 +216,9 @@ TEST(ServerScheduler, CancelledQueuedRequestsLeaveTheWaitingGauge) {
 }
 
 TEST(ServerScheduler, PrefixReuseAnswersExactlyAsRecomputation) {
-  for (const std::string cache : {"turboquant:bits=4,window=32,sinks=1", "dense", "turboquant:bits=3"}) {
+  // The last is serve's default cache (int8 attention, which a restored prefix once lost).
+  for (const std::string cache : {"turboquant:bits=4,window=32,sinks=1", "dense", "turboquant:bits=3",
+                                  "turboquant:bits=4,window=32,sinks=1,exact=f16,attention=int8"}) {
     SCOPED_TRACE(cache);
     SchedulerOptions off = options(cache, 64 << 20);
     off.prefix_cache = false;
