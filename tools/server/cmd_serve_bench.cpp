@@ -328,9 +328,9 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
   };
   const auto t0 = Clock::now();
   std::vector<std::thread> clients;
+  std::atomic<int> next{0};  // outlives the client threads (joined below): not inside the if
   if (a.arrive_every <= 0) {
     // Closed loop: each client sends its next request when the last one finished.
-    std::atomic<int> next{0};
     for (int c = 0; c < concurrency; ++c) {
       clients.emplace_back([&] {
         for (int i = next.fetch_add(1); i < r.requests; i = next.fetch_add(1)) run_request(i);
