@@ -15,6 +15,7 @@
 #include "server/http/api_server.hpp"
 #include "server/scheduling/scheduler.hpp"
 #include "server/text/reasoning.hpp"
+#include "kjv_server_fixture.hpp"
 #include "serve_process.hpp"
 #include "skip_policy.hpp"
 
@@ -76,11 +77,6 @@ TEST(Reasoning, APromptThatEndsInsideThinkOpensTheReply) {
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
 }
 
-struct Kjv {
-  engine::Model model = engine::load_model(std::string(TURBOKV_MODELS_DIR) + "/kjv-llama-3M.bin");
-  std::unique_ptr<engine::Tokenizer> tok = engine::load_tokenizer_for_model(model);
-};
-
 // A thinking template: the generation prompt opens <think> unless enable_thinking is false.
 const char* kThinkingTemplate =
     "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
@@ -88,13 +84,9 @@ const char* kThinkingTemplate =
     "{% else %}<think>{% endif %}{% endif %}";
 
 TEST(Reasoning, TheServerAnswersReasoningContentAsLlamaServerDoes) {
-  static const Kjv kjv;
-  SchedulerOptions o;
-  o.cache = parse_cache_config("turboquant:bits=4,window=32,sinks=1");
-  o.kv_budget = 64 << 20;
+  const test::Kjv& kjv = test::kjv();
+  SchedulerOptions o = test::small_scheduler("turboquant:bits=4,window=32,sinks=1", 64 << 20);
   o.parallel = 2;
-  o.threads = 2;
-  o.page_tokens = 16;
   Scheduler scheduler(kjv.model, *kjv.tok, o);
   HttpOptions http;
   http.host = "127.0.0.1";
@@ -153,13 +145,9 @@ TEST(Reasoning, TheServerAnswersReasoningContentAsLlamaServerDoes) {
 }
 
 TEST(Reasoning, AConversationTheTemplateRefusesIsA400WithItsMessage) {
-  static const Kjv kjv;
-  SchedulerOptions o;
-  o.cache = parse_cache_config("turboquant:bits=4,window=32,sinks=1");
-  o.kv_budget = 64 << 20;
+  const test::Kjv& kjv = test::kjv();
+  SchedulerOptions o = test::small_scheduler("turboquant:bits=4,window=32,sinks=1", 64 << 20);
   o.parallel = 2;
-  o.threads = 2;
-  o.page_tokens = 16;
   Scheduler scheduler(kjv.model, *kjv.tok, o);
   HttpOptions http;
   http.host = "127.0.0.1";
