@@ -24,8 +24,9 @@
 //   q8_0 | q4_0 | q8_0h | q4_0h           llama.cpp block types; h = Hadamard-rotated rows
 //   kivi2 | kivi4 [r<N>]                  KIVI, residual N recent tokens (default 32)
 //   affine4 | affine8 | affine2           mlx-lm QuantizedKVCache, group 64
-//   anything with ':', or a cache class     the long form, parse_cache_config (prompt_cache.hpp):
-//   name alone (dense, turboquant, kivi)  kind:key=value,... ("turboquant:bits=3,window=32")
+//   kind:key=value,...                    the long form, parse_cache_config (prompt_cache.hpp),
+//                                         e.g. "turboquant:bits=3,window=32"; a class's bare name
+//                                         (dense, turboquant, kivi) is its defaults
 // parse_kv_config is the one entry for every spelling: eval's --kv lists, decode-bench, the
 // --cache flag of generate and serve, the Python binding's cache=, serve-bench's configs.
 //
