@@ -29,7 +29,7 @@ esac
 
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${CXX:-clang++-14}" \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
     -DTURBOKV_SANITIZE=address,undefined -DTURBOKV_BUILD_FUZZERS=ON \
     -DTURBOKV_BUILD_TESTS=OFF -DTURBOKV_BUILD_BENCH=OFF -DTURBOKV_BUILD_TOOLS=OFF >/dev/null
 fi
