@@ -83,7 +83,9 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
         }
         if (options.parallel < 1) throw Error(fmt::format("--parallel must be >= 1, got {}", options.parallel));
         if (options.max_queue < 0) throw Error(fmt::format("--max-queue must be >= 0, got {}", options.max_queue));
-        if (options.chunk_tokens == 0) options.chunk_tokens = options.page_tokens;
+        if (options.chunk_tokens == 0) {
+          options.chunk_tokens = options.page_tokens % 2 == 0 ? options.page_tokens / 2 : options.page_tokens;
+        }
         if (options.page_tokens % options.chunk_tokens != 0) {
           throw Error(fmt::format("--chunk-tokens {} does not divide the page size {}", options.chunk_tokens,
                                   options.page_tokens));
@@ -381,6 +383,11 @@ bool Scheduler::step() {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Rows that score a prompt also project every row onto the vocabulary: not the cost of a
   // prompt row the budget plans with.
+  if (options_.log_steps) {
+    std::fprintf(stderr, "step: %zu decode rows, %zu prompt rows (budget %zu), predicted %.3f s, took %.3f s\n",
+                 batch.decode_rows, batch.prompt_rows, batch.prompt_budget,
+                 impl_->cost.predict(batch.decode_rows, batch.prompt_rows), seconds);
+  }
   if (!batch.scoring) impl_->cost.observe(batch.decode_rows, batch.prompt_rows, seconds);
 
   size_t generated = 0;

@@ -77,14 +77,19 @@ struct SchedulerOptions {
   // a half-empty last page costs at most 31 tokens per sequence.
   size_t page_tokens = 32;
   size_t step_tokens = 128;     // rows per step at most (decode tokens + prompt chunks)
-  // Prompt chunk size (tokens): prompts are cut at its multiples; divides page_tokens (0: the
-  // page). A budget fills in whole chunks, so smaller chunks fit a step's time more closely (a
-  // chunk of 32 rows alone is ~0.25 s of a 1B model on 2 cores); each chunk's attention reads
+  // Prompt chunk size (tokens): prompts are cut at its multiples; divides page_tokens (0: half
+  // the page, or the page if it is odd). A budget fills in whole chunks and a step carries at
+  // least one, so smaller chunks fit a step's time more closely (a chunk of 32 rows alone is
+  // ~0.25 s of a 1B model on 2 cores: one chunk beside 4 streams made every step ~0.31 s, and
+  // the streams' ITL p90 0.42 s, more than llama-server's 0.34 s); each chunk's attention reads
   // its cache once, so smaller ones cost a little more per row.
   size_t chunk_tokens = 0;
   // Target step time while sequences decode (ms): the prompt rows a step carries are what fits
   // after its decode rows, at least one chunk. 0: no target (steps fill up to step_tokens).
   double max_step_ms = 250;
+  // One stderr line per step (rows, prompt budget, predicted and measured seconds): how the step
+  // policy behaves on a machine, for tuning --max-step-ms and --chunk-tokens.
+  bool log_steps = false;
   bool prefix_cache = true;
   // The tier shared with other replicas (server/prefix/shared_prefixes.hpp): null for none. Blocks are
   // pages.

@@ -87,7 +87,7 @@ std::vector<double> served(const Serve& s, const std::vector<Request>& requests,
 // The engine's teacher-forced log-likelihood of the continuation.
 double reference(const turbokv::engine::Model& model, const std::string& spec, const Request& r) {
   turbokv::ThreadPool pool(2);
-  turbokv::engine::Forward forward(model, pool, 32);  // the server's prompt chunks (pages of 32)
+  turbokv::engine::Forward forward(model, pool, 16);  // the server's prompt chunks (half its pages of 32)
   const auto& c = model.config;
   turbokv::PromptCache cache = turbokv::make_prompt_cache(
       c.n_layers, c.n_kv_heads, c.head_dim,

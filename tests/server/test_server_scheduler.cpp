@@ -269,7 +269,7 @@ TEST(ServerScheduler, PromptLogprobsAreTheTeacherForcedOnes) {
     g.logprobs = 2;
     g.prompt_logprobs = true;
     const std::vector<int> prompt = g.prompt;
-    ASSERT_GT(prompt.size(), 40u);  // three chunks of 16
+    ASSERT_GT(prompt.size(), 40u);  // five chunks of 8
     const Result first = wait(*submit(s, g));
     const Result again = wait(*submit(s, g));
     ASSERT_EQ(first.error, "");
@@ -282,7 +282,7 @@ TEST(ServerScheduler, PromptLogprobsAreTheTeacherForcedOnes) {
     ASSERT_EQ(again.prompt_logprobs.size(), prompt.size() - 1);
 
     ThreadPool pool(2);
-    engine::Forward forward(kjv().model, pool, 16);
+    engine::Forward forward(kjv().model, pool, 8);  // the server's chunks: half its pages of 16
     const auto& c = kjv().model.config;
     PromptCache ref = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim,
                                         parse_cache_config(cache + (cache == "dense" ? ":" : ",") + "page_tokens=16"));

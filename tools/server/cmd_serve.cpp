@@ -51,6 +51,7 @@ struct ServeArgs {
   size_t step_tokens = 128;
   size_t chunk_tokens = server::SchedulerOptions{}.chunk_tokens;
   double max_step_ms = server::SchedulerOptions{}.max_step_ms;
+  bool log_steps = false;
   bool no_prefix_cache = false;
   std::string prefix_store;
   server::RedisStoreOptions redis;
@@ -89,6 +90,7 @@ int run_serve(const ServeArgs& a) {
   so.step_tokens = a.step_tokens;
   so.chunk_tokens = a.chunk_tokens;
   so.max_step_ms = a.max_step_ms;
+  so.log_steps = a.log_steps;
   so.prefix_cache = !a.no_prefix_cache;
   if (!a.prefix_store.empty()) {
     so.prefix_store = std::make_shared<server::RedisPrefixStore>(server::parse_redis_url(a.prefix_store), a.redis);
@@ -194,10 +196,11 @@ const CommandRegistration registration{"serve", [](CLI::App& app) {
   app.add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("--kv-page-tokens", a->page_tokens, "KV page size in tokens")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--chunk-tokens", a->chunk_tokens, "prompt chunk size in tokens: prompts are cut at its multiples; divides "
-                 "--kv-page-tokens (0: the page)")->capture_default_str()->check(CLI::Range(0, 4096));
+                 "--kv-page-tokens (0: half the page)")->capture_default_str()->check(CLI::Range(0, 4096));
   app.add_option("--max-step-ms", a->max_step_ms, "target step time while sequences stream: prompt chunks fill what "
                  "the decode rows leave of it, at least one chunk per step (0: fill up to --step-tokens)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--log-steps", a->log_steps, "print each step's rows, prompt budget and time to stderr");
   app.add_option("--step-tokens", a->step_tokens, "token rows per batched step at most")->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_flag("--no-prefix-cache", a->no_prefix_cache, "do not keep computed prompt prefixes for reuse");
   app.add_option("--prefix-store", a->prefix_store,
