@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <span>
@@ -53,6 +54,45 @@ inline void rope_ref(double* head, const ModelConfig& c, size_t pos) {
     head[p0] = v0 * std::cos(a) - v1 * std::sin(a);
     head[p1] = v0 * std::sin(a) + v1 * std::cos(a);
   }
+}
+
+inline Vec swiglu_ref(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const Vec& h) {
+  Vec g = matvec_ref(gate, h);
+  const Vec u = matvec_ref(up, h);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+  return matvec_ref(down, g);
+}
+
+// Block e of a stack of float matrices with `rows` rows each, cut here independently of the engine.
+inline WeightMatrix expert_ref(const WeightMatrix& stacked, int64_t rows, int e) {
+  return WeightMatrix{stacked.type, rows, stacked.cols, static_cast<const float*>(stacked.data) + e * rows * stacked.cols};
+}
+
+// The mixture of experts as Qwen3-MoE (Hugging Face's Qwen3MoeSparseMoeBlock with
+// norm_topk_prob) defines it: softmax over all router logits, the top k, their probabilities
+// renormalised to sum 1, the weighted sum of those experts' SwiGLU outputs. Equal logits: the
+// lower expert first.
+inline Vec moe_ref(const ModelConfig& c, const LayerWeights& w, const Vec& h) {
+  const Vec logits = matvec_ref(w.router, h);
+  double mx = -1e300;
+  for (const double l : logits) mx = std::max(mx, l);
+  Vec p(logits.size());
+  double total = 0;
+  for (size_t e = 0; e < p.size(); ++e) total += (p[e] = std::exp(logits[e] - mx));
+  for (double& pe : p) pe /= total;
+  std::vector<int> order(p.size());
+  for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int>(e);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+  double chosen_total = 0;
+  for (int r = 0; r < c.n_experts_used; ++r) chosen_total += p[static_cast<size_t>(order[static_cast<size_t>(r)])];
+  Vec y(static_cast<size_t>(c.dim), 0.0);
+  for (int r = 0; r < c.n_experts_used; ++r) {
+    const int e = order[static_cast<size_t>(r)];
+    const Vec o = swiglu_ref(expert_ref(w.w_gate, c.hidden_dim, e), expert_ref(w.w_up, c.hidden_dim, e),
+                             expert_ref(w.w_down, c.dim, e), h);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += p[static_cast<size_t>(e)] / chosen_total * o[i];
+  }
+  return y;
 }
 
 // Logits of every position of `tokens`, by the textbook equations.
@@ -107,10 +147,7 @@ inline std::vector<Vec> reference_logits(const Model& m, const std::vector<int>&
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
       Vec h = x[t];
       rmsnorm_ref(h.data(), w.ffn_norm, h.size(), c.norm_eps);
-      Vec g = matvec_ref(w.w_gate, h);
-      const Vec u = matvec_ref(w.w_up, h);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const Vec d = matvec_ref(w.w_down, g);
+      const Vec d = c.n_experts > 0 ? moe_ref(c, w, h) : swiglu_ref(w.w_gate, w.w_up, w.w_down, h);
       for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
     }
   }

@@ -47,9 +47,11 @@ void Model::validate() const {
     check_matrix(w.wk, c.kv_dim(), c.dim, name("wk"));
     check_matrix(w.wv, c.kv_dim(), c.dim, name("wv"));
     check_matrix(w.wo, c.dim, c.q_dim(), name("wo"));
-    check_matrix(w.w_gate, c.hidden_dim, c.dim, name("w_gate"));
-    check_matrix(w.w_up, c.hidden_dim, c.dim, name("w_up"));
-    check_matrix(w.w_down, c.dim, c.hidden_dim, name("w_down"));
+    const int64_t blocks = c.ffn_blocks();
+    check_matrix(w.w_gate, blocks * c.hidden_dim, c.dim, name("w_gate"));
+    check_matrix(w.w_up, blocks * c.hidden_dim, c.dim, name("w_up"));
+    check_matrix(w.w_down, blocks * c.dim, c.hidden_dim, name("w_down"));
+    if (c.n_experts > 0) check_matrix(w.router, c.n_experts, c.dim, name("router"));
     if (c.qkv_bias) {
       check_vector(w.bq, c.q_dim(), name("bq"));
       check_vector(w.bk, c.kv_dim(), name("bk"));
@@ -67,6 +69,7 @@ size_t Model::weight_bytes() const {
   if (output.data != token_embedding.data) total += matrix_bytes(output);
   for (const LayerWeights& w : layers) {
     for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) total += matrix_bytes(*m);
+    if (w.router.data != nullptr) total += matrix_bytes(w.router);
     total += 4 * (w.attn_norm.size() + w.ffn_norm.size() + w.bq.size() + w.bk.size() + w.bv.size() +
                   w.q_norm.size() + w.k_norm.size());
   }
@@ -82,6 +85,16 @@ std::string Model::weight_type_summary() const {
   std::string joined = "mixed(";
   for (const auto& t : types) joined += (joined.back() == '(' ? "" : ",") + t;
   return joined + ")";
+}
+
+WeightMatrix expert_block(const WeightMatrix& stacked, int experts, int e) {
+  if (experts < 1 || stacked.rows % experts != 0 || e < 0 || e >= experts) {
+    throw Error(fmt::format("model: expert {} of {} in a stack of {} rows", e, experts, stacked.rows));
+  }
+  WeightMatrix m = stacked;
+  m.rows = stacked.rows / experts;
+  m.data = static_cast<const uint8_t*>(stacked.data) + row_bytes(stacked.type, stacked.cols) * static_cast<size_t>(m.rows * e);
+  return m;
 }
 
 Model load_model(const std::string& path) {

@@ -24,10 +24,17 @@ struct LayerWeights {
   std::vector<float> q_norm;     // [head_dim] when config.qk_norm
   std::vector<float> k_norm;     // [head_dim] when config.qk_norm
   std::vector<float> ffn_norm;   // [dim]
+  // The SwiGLU weights. With config.n_experts = E > 0 each holds the E experts' matrices stacked
+  // (GGUF's 3-D ffn_*_exps tensors): w_gate [E * hidden_dim][dim], expert e's block its rows
+  // e * hidden_dim ..; w_down [E * dim][hidden_dim] likewise (expert_block() takes one).
   WeightMatrix w_gate;           // [hidden_dim][dim]  (llama2.c w1)
   WeightMatrix w_down;           // [dim][hidden_dim]  (llama2.c w2)
   WeightMatrix w_up;             // [hidden_dim][dim]  (llama2.c w3)
+  WeightMatrix router;           // [n_experts][dim] when config.n_experts > 0 (ffn_gate_inp)
 };
+
+// Expert e's matrix out of a stack of `experts` equal blocks of rows (LayerWeights::w_gate ...).
+WeightMatrix expert_block(const WeightMatrix& stacked, int experts, int e);
 
 struct Model {
   ModelConfig config;
@@ -52,7 +59,7 @@ struct Model {
 // classifier follows the weights), then the tensors. Every header field and the file size are
 // checked before any weight is touched.
 Model load_llama2c(const std::string& path);
-// GGUF v3, architectures llama, qwen2, qwen3 (engine/model/gguf.hpp reads the container).
+// GGUF v3, architectures llama, qwen2, qwen3, qwen3moe (engine/model/gguf.hpp reads the container).
 Model load_gguf(const std::string& path);
 // By content: GGUF magic -> load_gguf, else load_llama2c.
 Model load_model(const std::string& path);

@@ -19,8 +19,8 @@ void check_range(const char* field, long long value, long long lo, long long hi)
 }  // namespace
 
 void ModelConfig::validate() const {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
-    throw Error(fmt::format("model config: unsupported architecture '{}' (llama, qwen2, qwen3)", arch));
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
+    throw Error(fmt::format("model config: unsupported architecture '{}' (llama, qwen2, qwen3, qwen3moe)", arch));
   }
   check_range("dim", dim, 1, 1 << 16);
   check_range("hidden_dim", hidden_dim, 1, 1 << 18);
@@ -33,6 +33,16 @@ void ModelConfig::validate() const {
   check_range("head_dim", head_dim, 2, 8192);
   if (head_dim % 2 != 0) throw Error(fmt::format("model config: head_dim {} is odd (RoPE rotates pairs)", head_dim));
   check_range("vocab_size", vocab_size, 1, 1 << 22);
+  check_range("n_experts", n_experts, 0, 1024);
+  if (arch == "qwen3moe" && n_experts == 0) throw Error("model config: qwen3moe needs n_experts > 0");
+  if (arch != "qwen3moe" && n_experts > 0) {
+    throw Error(fmt::format("model config: architecture '{}' has no experts ({} given)", arch, n_experts));
+  }
+  if (n_experts > 0) {
+    check_range("n_experts_used", n_experts_used, 1, n_experts);
+  } else if (n_experts_used != 0) {
+    throw Error(fmt::format("model config: n_experts_used {} without experts", n_experts_used));
+  }
   check_range("seq_len", seq_len, 1, 1 << 24);
   check_range("bos_id", bos_id, 0, vocab_size - 1);
   check_range("eos_id", eos_id, -1, vocab_size - 1);

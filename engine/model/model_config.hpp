@@ -1,5 +1,5 @@
-// ModelConfig: the hyperparameters of a Llama-family decoder (llama, qwen2, qwen3), read from
-// a llama2.c header or GGUF metadata. Everything the forward pass branches on is here.
+// ModelConfig: the hyperparameters of a Llama-family decoder (llama, qwen2, qwen3, qwen3moe), read
+// from a llama2.c header or GGUF metadata. Everything the forward pass branches on is here.
 #pragma once
 
 #include <string>
@@ -8,9 +8,9 @@
 namespace turbokv::engine {
 
 struct ModelConfig {
-  std::string arch = "llama";  // "llama" | "qwen2" | "qwen3"
+  std::string arch = "llama";  // "llama" | "qwen2" | "qwen3" | "qwen3moe"
   int dim = 0;                 // residual width
-  int hidden_dim = 0;          // SwiGLU inner width
+  int hidden_dim = 0;          // SwiGLU inner width (of each expert, in a mixture-of-experts model)
   int n_layers = 0;
   int n_heads = 0;             // query heads
   int n_kv_heads = 0;          // key/value heads (grouped-query attention when < n_heads)
@@ -28,11 +28,17 @@ struct ModelConfig {
   bool qkv_bias = false;         // Qwen2: biases on the q, k, v projections
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;  // output projection shares the token embedding
+  // Mixture of experts (qwen3moe): the feed-forward is n_experts SwiGLU experts of hidden_dim, a
+  // router picks n_experts_used of them per row (engine/runtime/moe.hpp). 0: one dense SwiGLU.
+  int n_experts = 0;
+  int n_experts_used = 0;
   int bos_id = 1;
   int eos_id = 2;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  // Feed-forward blocks per layer: the experts, or the one dense SwiGLU.
+  int ffn_blocks() const { return n_experts > 0 ? n_experts : 1; }
 
   // Throws turbokv::Error naming the first field out of range or inconsistent.
   void validate() const;

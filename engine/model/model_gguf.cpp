@@ -1,6 +1,9 @@
-// GGUF -> Model: llama.cpp's metadata keys and tensor names for the llama, qwen2 and qwen3
-// architectures. llama.cpp stores Llama's q/k weights in Meta's layout (RoPE on adjacent
+// GGUF -> Model: llama.cpp's metadata keys and tensor names for the llama, qwen2, qwen3 and
+// qwen3moe architectures. llama.cpp stores Llama's q/k weights in Meta's layout (RoPE on adjacent
 // pairs) and Qwen's unpermuted (RoPE on halves, NeoX style), so the rotation follows the arch.
+// qwen3moe is qwen3 with a routed mixture of experts as its feed-forward (llama.cpp's names:
+// {arch}.expert_count, .expert_used_count, .expert_feed_forward_length; tensors ffn_gate_inp
+// [dim, E] and the 3-D ffn_gate_exps / ffn_up_exps [dim, ff, E], ffn_down_exps [ff, dim, E]).
 #include <fmt/format.h>
 
 #include "engine/model/gguf.hpp"
@@ -25,14 +28,17 @@ const GgufFile::TensorInfo& require_tensor(const GgufFile& gguf, const std::stri
   return *info;
 }
 
-// A [rows][cols] weight; the GGUF shape must be exactly [cols, rows].
-WeightMatrix load_matrix(const GgufFile& gguf, const std::string& name, int64_t rows, int64_t cols) {
+// A tensor of exactly `shape` (GGUF order) as a [product of shape[1..]][shape[0]] matrix.
+WeightMatrix load_shaped(const GgufFile& gguf, const std::string& name, const std::vector<int64_t>& shape) {
   const auto& info = require_tensor(gguf, name);
-  if (info.shape.size() != 2 || info.shape[0] != cols || info.shape[1] != rows) {
-    std::string shape;
-    for (const auto d : info.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    throw Error(fmt::format("GGUF '{}': tensor {} has shape [{}], expected [{}, {}]", gguf.path(), name, shape, cols,
-                            rows));
+  if (info.shape != shape) {
+    auto join = [](const std::vector<int64_t>& dims) {
+      std::string out;
+      for (const auto d : dims) out += (out.empty() ? "" : ", ") + std::to_string(d);
+      return out;
+    };
+    throw Error(fmt::format("GGUF '{}': tensor {} has shape [{}], expected [{}]", gguf.path(), name, join(info.shape),
+                            join(shape)));
   }
   const WeightMatrix m = gguf.matrix(name);
   try {
@@ -41,6 +47,17 @@ WeightMatrix load_matrix(const GgufFile& gguf, const std::string& name, int64_t 
     throw Error(fmt::format("GGUF '{}': tensor {}: {}", gguf.path(), name, e.what()));
   }
   return m;
+}
+
+// A [rows][cols] weight; the GGUF shape must be exactly [cols, rows].
+WeightMatrix load_matrix(const GgufFile& gguf, const std::string& name, int64_t rows, int64_t cols) {
+  return load_shaped(gguf, name, {cols, rows});
+}
+
+// The 3-D stack of `experts` [rows][cols] matrices (GGUF shape exactly [cols, rows, experts]) as
+// one [experts * rows][cols] matrix (model.hpp's stacked layout).
+WeightMatrix load_experts(const GgufFile& gguf, const std::string& name, int64_t experts, int64_t rows, int64_t cols) {
+  return load_shaped(gguf, name, {cols, rows, experts});
 }
 
 // A 1-D tensor of n values, dequantized to float.
@@ -54,21 +71,43 @@ std::vector<float> load_vector(const GgufFile& gguf, const std::string& name, in
   return out;
 }
 
+// The expert counts and each expert's inner width. As llama.cpp: without
+// expert_feed_forward_length an expert is feed_forward_length / expert_used_count wide.
+void read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.n_experts = checked_int(g, p + "expert_count", 1, 1024);
+  c.n_experts_used = checked_int(g, p + "expert_used_count", 1, c.n_experts);
+  if (g.has(p + "expert_feed_forward_length")) {
+    c.hidden_dim = checked_int(g, p + "expert_feed_forward_length", 1, 1 << 18);
+  } else {
+    const int ff = checked_int(g, p + "feed_forward_length", 1, 1 << 18);
+    if (ff % c.n_experts_used != 0) {
+      throw Error(fmt::format("GGUF '{}': no {}expert_feed_forward_length and feed_forward_length {} is not a "
+                              "multiple of expert_used_count {}", g.path(), p, ff, c.n_experts_used));
+    }
+    c.hidden_dim = ff / c.n_experts_used;
+  }
+}
+
 }  // namespace
 
 Model load_gguf(const std::string& path) {
   auto gguf = std::make_shared<GgufFile>(GgufFile::open(path));
   const GgufFile& g = *gguf;
   const std::string arch = g.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
-    throw Error(fmt::format("GGUF '{}': architecture '{}' is not supported (llama, qwen2, qwen3)", path, arch));
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
+    throw Error(fmt::format("GGUF '{}': architecture '{}' is not supported (llama, qwen2, qwen3, qwen3moe)", path,
+                            arch));
   }
   const std::string p = arch + ".";
   Model model;
   ModelConfig& c = model.config;
   c.arch = arch;
   c.dim = checked_int(g, p + "embedding_length", 1, 1 << 16);
-  c.hidden_dim = checked_int(g, p + "feed_forward_length", 1, 1 << 18);
+  if (arch == "qwen3moe") {
+    read_experts(g, p, c);
+  } else {
+    c.hidden_dim = checked_int(g, p + "feed_forward_length", 1, 1 << 18);
+  }
   c.n_layers = checked_int(g, p + "block_count", 1, 1024);
   c.n_heads = checked_int(g, p + "attention.head_count", 1, 1024);
   c.n_kv_heads = g.has(p + "attention.head_count_kv") ? checked_int(g, p + "attention.head_count_kv", 1, c.n_heads)
@@ -95,7 +134,7 @@ Model load_gguf(const std::string& path) {
   c.rope_theta = static_cast<float>(g.get_float_or(p + "rope.freq_base", 10000.0));
   c.rope_neox = arch != "llama";
   c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
 
   const auto& embedding = require_tensor(g, "token_embd.weight");
   if (embedding.shape.size() != 2) throw Error(fmt::format("GGUF '{}': token_embd.weight is not a matrix", path));
@@ -141,9 +180,16 @@ Model load_gguf(const std::string& path) {
       w.k_norm = load_vector(g, b + "attn_k_norm.weight", c.head_dim);
     }
     w.ffn_norm = load_vector(g, b + "ffn_norm.weight", c.dim);
-    w.w_gate = load_matrix(g, b + "ffn_gate.weight", c.hidden_dim, c.dim);
-    w.w_up = load_matrix(g, b + "ffn_up.weight", c.hidden_dim, c.dim);
-    w.w_down = load_matrix(g, b + "ffn_down.weight", c.dim, c.hidden_dim);
+    if (c.n_experts > 0) {
+      w.router = load_matrix(g, b + "ffn_gate_inp.weight", c.n_experts, c.dim);
+      w.w_gate = load_experts(g, b + "ffn_gate_exps.weight", c.n_experts, c.hidden_dim, c.dim);
+      w.w_up = load_experts(g, b + "ffn_up_exps.weight", c.n_experts, c.hidden_dim, c.dim);
+      w.w_down = load_experts(g, b + "ffn_down_exps.weight", c.n_experts, c.dim, c.hidden_dim);
+    } else {
+      w.w_gate = load_matrix(g, b + "ffn_gate.weight", c.hidden_dim, c.dim);
+      w.w_up = load_matrix(g, b + "ffn_up.weight", c.hidden_dim, c.dim);
+      w.w_down = load_matrix(g, b + "ffn_down.weight", c.dim, c.hidden_dim);
+    }
   }
   model.path = path;
   model.format = "gguf";

@@ -1,6 +1,7 @@
 #include "engine/model/synthetic_model.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -113,7 +114,9 @@ size_t physical_memory_bytes() {
 
 }  // namespace
 
-std::vector<std::string> synthetic_model_names() { return {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b"}; }
+std::vector<std::string> synthetic_model_names() {
+  return {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-30b-a3b-16e"};
+}
 
 ModelConfig synthetic_model_config(const std::string& name) {
   ModelConfig c;
@@ -151,8 +154,29 @@ ModelConfig synthetic_model_config(const std::string& name) {
     c.tied_embeddings = true;
     c.bos_id = 151643;
     c.eos_id = 151645;
+  } else if (name == "qwen3-30b-a3b-16e") {
+    // Qwen3-30B-A3B with 16 of its 128 experts (8 still used per token): the real per-token work,
+    // a fraction of the 30B weights.
+    c.arch = "qwen3moe";
+    c.dim = 2048;
+    c.hidden_dim = 768;
+    c.n_experts = 16;
+    c.n_experts_used = 8;
+    c.n_layers = 48;
+    c.n_heads = 32;
+    c.n_kv_heads = 4;
+    c.head_dim = 128;
+    c.vocab_size = 151936;
+    c.seq_len = 40960;
+    c.norm_eps = 1e-6f;
+    c.rope_theta = 1000000.0f;
+    c.rope_neox = true;
+    c.qk_norm = true;
+    c.tied_embeddings = false;
+    c.bos_id = 151643;
+    c.eos_id = 151645;
   } else {
-    throw Error(fmt::format("unknown synthetic model '{}' (known: llama-3.2-1b, llama-3.1-8b, qwen3-0.6b)", name));
+    throw Error(fmt::format("unknown synthetic model '{}' (known: {})", name, fmt::join(synthetic_model_names(), ", ")));
   }
   c.validate();
   return c;
@@ -161,9 +185,11 @@ ModelConfig synthetic_model_config(const std::string& name) {
 GgmlType parse_synthetic_weight_type(const std::string& name) { return parse_weight_type(name); }
 
 size_t synthetic_weight_bytes(const ModelConfig& c, GgmlType type) {
+  const int64_t blocks = c.ffn_blocks();
   size_t per_layer = matrix_bytes(type, c.q_dim(), c.dim) + 2 * matrix_bytes(type, c.kv_dim(), c.dim) +
-                     matrix_bytes(type, c.dim, c.q_dim()) + 2 * matrix_bytes(type, c.hidden_dim, c.dim) +
-                     matrix_bytes(type, c.dim, c.hidden_dim);
+                     matrix_bytes(type, c.dim, c.q_dim()) + 2 * matrix_bytes(type, blocks * c.hidden_dim, c.dim) +
+                     matrix_bytes(type, blocks * c.dim, c.hidden_dim);
+  if (c.n_experts > 0) per_layer += matrix_bytes(GgmlType::F32, c.n_experts, c.dim);  // the router
   size_t total = per_layer * static_cast<size_t>(c.n_layers) + matrix_bytes(type, c.vocab_size, c.dim);
   if (!c.tied_embeddings) total += matrix_bytes(type, c.vocab_size, c.dim);
   return total;
@@ -183,8 +209,8 @@ Model make_synthetic_model(const ModelConfig& config, GgmlType type, ThreadPool&
   }
   auto storage = std::make_shared<Storage>();
   uint64_t tag = 0;
-  const auto make = [&](int64_t rows, int64_t cols) {
-    const size_t rb = row_bytes(type, cols);
+  const auto make = [&](int64_t rows, int64_t cols, GgmlType matrix_type) {
+    const size_t rb = row_bytes(matrix_type, cols);
     std::unique_ptr<uint8_t[]> buf(new uint8_t[rb * static_cast<size_t>(rows)]);
     const float stddev = 1.0f / std::sqrt(static_cast<float>(cols));
     const uint64_t matrix_seed = derive_seed(seed, ++tag);
@@ -192,30 +218,35 @@ Model make_synthetic_model(const ModelConfig& config, GgmlType type, ThreadPool&
     pool.parallel_for(
         static_cast<size_t>(rows),
         [&](size_t begin, size_t end) {
-          for (size_t r = begin; r < end; ++r) fill_row(type, cols, stddev, derive_seed(matrix_seed, r), base + r * rb);
+          for (size_t r = begin; r < end; ++r) {
+            fill_row(matrix_type, cols, stddev, derive_seed(matrix_seed, r), base + r * rb);
+          }
         },
         64);
-    WeightMatrix w{type, rows, cols, base};
+    WeightMatrix w{matrix_type, rows, cols, base};
     storage->buffers.push_back(std::move(buf));
     return w;
   };
   const ModelConfig& c = config;
   Model m;
   m.config = c;
-  m.token_embedding = make(c.vocab_size, c.dim);
-  m.output = c.tied_embeddings ? m.token_embedding : make(c.vocab_size, c.dim);
+  m.token_embedding = make(c.vocab_size, c.dim, type);
+  m.output = c.tied_embeddings ? m.token_embedding : make(c.vocab_size, c.dim, type);
   m.final_norm.assign(static_cast<size_t>(c.dim), 1.0f);
   m.layers.resize(static_cast<size_t>(c.n_layers));
   for (LayerWeights& w : m.layers) {
     w.attn_norm.assign(static_cast<size_t>(c.dim), 1.0f);
     w.ffn_norm.assign(static_cast<size_t>(c.dim), 1.0f);
-    w.wq = make(c.q_dim(), c.dim);
-    w.wk = make(c.kv_dim(), c.dim);
-    w.wv = make(c.kv_dim(), c.dim);
-    w.wo = make(c.dim, c.q_dim());
-    w.w_gate = make(c.hidden_dim, c.dim);
-    w.w_up = make(c.hidden_dim, c.dim);
-    w.w_down = make(c.dim, c.hidden_dim);
+    w.wq = make(c.q_dim(), c.dim, type);
+    w.wk = make(c.kv_dim(), c.dim, type);
+    w.wv = make(c.kv_dim(), c.dim, type);
+    w.wo = make(c.dim, c.q_dim(), type);
+    const int64_t blocks = c.ffn_blocks();  // the experts stacked (model.hpp)
+    w.w_gate = make(blocks * c.hidden_dim, c.dim, type);
+    w.w_up = make(blocks * c.hidden_dim, c.dim, type);
+    w.w_down = make(blocks * c.dim, c.hidden_dim, type);
+    // llama-quantize leaves the router (ffn_gate_inp) in F32; so does this.
+    if (c.n_experts > 0) w.router = make(c.n_experts, c.dim, GgmlType::F32);
     if (c.qkv_bias) {
       w.bq.assign(static_cast<size_t>(c.q_dim()), 0.0f);
       w.bk.assign(static_cast<size_t>(c.kv_dim()), 0.0f);

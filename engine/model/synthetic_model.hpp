@@ -9,6 +9,10 @@
 //                  rope theta 500000, Llama 3 scaling (factor 8), separate output
 //   qwen3-0.6b     dim 1024, hidden 3072, 28 layers, 16 / 8 heads, head_dim 128, vocab 151936,
 //                  rope theta 1e6 (NeoX halves), per-head q/k RMSNorm, tied output
+//   qwen3-30b-a3b-16e  Qwen3-30B-A3B (dim 2048, 48 layers, 32 / 4 heads, head_dim 128, vocab
+//                  151936, experts of width 768 with 8 used per token, F32 router, separate
+//                  output) with 16 experts instead of 128: a token's work is the real model's,
+//                  its weights (5.5 GB in Q8_0 instead of 32) fit a workstation
 // Weights are uniform with standard deviation 1/sqrt(fan-in), drawn directly in the target type
 // (Q8_0: uniform int8 codes with one fp16 scale per block), deterministic from the seed; norm
 // weights are 1. A Model built here owns its memory (Model::storage).

@@ -10,7 +10,8 @@
 namespace turbokv::engine {
 
 Decoder::Decoder(const Model& model, ThreadPool& pool, WeightProducts products, int attention_threads)
-    : model_(model), pool_(pool), products_(products), attention_threads_(attention_threads), rope_(model.config) {
+    : model_(model), pool_(pool), products_(products), attention_threads_(attention_threads), rope_(model.config),
+      experts_(model.config, products) {
   model_.config.validate();
   if (attention_threads_ < 1) throw Error(fmt::format("Decoder: {} attention threads", attention_threads_));
 }
@@ -141,8 +142,9 @@ void Decoder::attend_run(const TokenRun& run, int l, size_t first_row) {
   ops::to_token_major(att_heads_.data(), n, c.n_heads, hd, att_.data() + first_row * q_dim);
 }
 
-// SwiGLU: xb = (silu(xb Wgate^T) * (xb Wup^T)) Wdown^T.
+// SwiGLU: xb = (silu(xb Wgate^T) * (xb Wup^T)) Wdown^T; or the routed experts' weighted sum.
 void Decoder::feed_forward(const LayerWeights& w) {
+  if (model_.config.n_experts > 0) return experts_.run(w, xb_.data(), rows_, xb_.data(), pool_);
   const size_t hidden = model_.config.hidden_dim;
   project(w.w_gate, xb_.data(), rows_, hb_.data());
   project(w.w_up, xb_.data(), rows_, hb2_.data());
@@ -173,13 +175,7 @@ void Decoder::logits(std::span<const size_t> rows, float* out) {
 }
 
 void Decoder::project(const WeightMatrix& w, const float* in, size_t rows, float* out) const {
-  if (products_ == WeightProducts::row_by_row) {
-    matmul_rowwise(w, in, static_cast<int64_t>(rows), out, pool_);
-  } else if (rows == 1) {
-    matvec(w, in, out, pool_);
-  } else {
-    matmul(w, in, static_cast<int64_t>(rows), out, pool_);
-  }
+  multiply_rows(products_, w, in, rows, out, pool_);
 }
 
 }  // namespace turbokv::engine

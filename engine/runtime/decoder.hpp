@@ -1,4 +1,4 @@
-// Decoder: the transformer of a Llama-family model (llama, qwen2, qwen3) over a batch of rows, the
+// Decoder: the transformer of a Llama-family model (llama, qwen2, qwen3, qwen3moe) over a batch of rows, the
 // one place its math is written. Forward (one sequence, a chunk of its tokens per step) and
 // BatchForward (many sequences per step) both run it; one sequence is a batch of one run.
 //
@@ -8,7 +8,7 @@
 //   [Qwen3: RMSNorm over each head of q and k];  RoPE(q, k) at the row's position
 //   per run: cache.append(k, v);  a = attend(q, cache)     <- the KV cache API, any cache class
 //   x += a Wo^T
-//   h = RMSNorm(x);  x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+//   h = RMSNorm(x);  x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T   [qwen3moe: routed experts, moe.hpp]
 // then logits = RMSNorm(x) Wout^T for the rows asked for. Every weight matrix is read once per
 // step for all rows; attention runs per run over its own cache, runs in the order given (a later
 // run of a sequence sees an earlier one's tokens).
@@ -26,18 +26,12 @@
 
 #include "engine/model/model.hpp"
 #include "engine/runtime/forward_ops.hpp"
+#include "engine/runtime/moe.hpp"
+#include "engine/runtime/weight_products.hpp"
 #include "turbokv/kv_cache.hpp"
 #include "turbokv/thread_pool.hpp"
 
 namespace turbokv::engine {
-
-// How the weight matrices multiply a step's rows (the only thing in which Forward's and
-// BatchForward's rows differ):
-//  - row_by_row: matmul_rowwise, each row bit for bit what matvec gives it alone, whatever
-//    the other rows are (batch invariance, the server's continuous batching);
-//  - chunk: matvec for one row, matmul for more (a chunk multiplied in float: faster prefill,
-//    other bits in the last places; a one-token step is matvec's, so row_by_row's).
-enum class WeightProducts { row_by_row, chunk };
 
 // Some consecutive tokens of one sequence, at positions position .. position + tokens.size() - 1.
 struct TokenRun {
@@ -90,6 +84,7 @@ class Decoder {
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   // One run's q, k, v and attention output, [heads][tokens][head_dim] (the cache's layout).
   std::vector<float> q_heads_, k_heads_, v_heads_, att_heads_;
+  ExpertStep experts_;  // the feed-forward of a mixture-of-experts model
 };
 
 }  // namespace turbokv::engine
