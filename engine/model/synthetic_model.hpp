@@ -9,6 +9,11 @@
 //                  rope theta 500000, Llama 3 scaling (factor 8), separate output
 //   qwen3-0.6b     dim 1024, hidden 3072, 28 layers, 16 / 8 heads, head_dim 128, vocab 151936,
 //                  rope theta 1e6 (NeoX halves), per-head q/k RMSNorm, tied output
+//   gemma3-1b      dim 1152, hidden 6912, 26 layers, 4 / 1 heads, head_dim 256, vocab 262144,
+//                  5 sliding-window layers (window 512, RoPE base 1e4) to 1 global (1e6),
+//                  GeGLU, post-norms, per-head q/k RMSNorm, embedding x sqrt(dim), tied output
+//   gemma3-4b      dim 2560, hidden 10240, 34 layers, 8 / 4 heads, head_dim 256, vocab 262208,
+//                  window 1024, global RoPE 1e6 with linear scaling 8; otherwise as gemma3-1b
 // Weights are uniform with standard deviation 1/sqrt(fan-in), drawn directly in the target type
 // (Q8_0: uniform int8 codes with one fp16 scale per block), deterministic from the seed; norm
 // weights are 1. A Model built here owns its memory (Model::storage).
