@@ -254,7 +254,9 @@ void load_and_run(const Shape& s, const Written& w) {
     expect_row_equals(m.layers[last].wo, s.dim - 1, w.values.at(b + "attn_output.weight"), "wo");
     expect_row_equals(m.layers[0].w_down, 1, w.values.at("blk.0.ffn_down.weight"), "w_down");
     expect_row_equals(m.output, 7, w.values.at(s.tied ? "token_embd.weight" : "output.weight"), "output");
-    if (s.arch != "olmo2") EXPECT_EQ(m.layers[last].ffn_norm, w.values.at(b + "ffn_norm.weight"));
+    if (s.arch != "olmo2") {
+      EXPECT_EQ(m.layers[last].ffn_norm, w.values.at(b + "ffn_norm.weight"));
+    }
     if (s.arch == "qwen2") {
       EXPECT_EQ(m.layers[0].bk, w.values.at("blk.0.attn_k.bias"));
     }
@@ -347,8 +349,10 @@ double default_cache_kl(const Model& m, int n, uint32_t seed) {
   std::uniform_int_distribution<int> id(0, 255);
   const auto tq = turbokv::kv_request_config(turbokv::KvRequest{}, 4.0);
   turbokv::ThreadPool pool(2);
-  Session dense(m, make_cache(m.config, "dense32"), pool);
-  Session quant(m, turbokv::make_prompt_cache(m.config.n_layers, m.config.n_kv_heads, m.config.head_dim, tq), pool);
+  const auto dense32 = turbokv::parse_kv_config("dense32").config;
+  const ModelConfig& c = m.config;
+  Session dense(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, dense32), pool);
+  Session quant(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, tq), pool);
   double total = 0;
   for (int i = 0; i < n; ++i) {
     const int t = id(rng);
@@ -367,7 +371,7 @@ void check_against_reference(const Model& m, const std::string& what) {
   EXPECT_LT(turbokv::test::max_relative_error(m, tokens, 7, 2), 2e-5) << what;
   const double kl = default_cache_kl(m, 300, 9);
   std::printf("[ figure ] %s random-weight GGUF (dim %d, %d layers, head_dim %d): mean KL(dense || serve's default "
-              "4-bit TurboQuant cache) over 300 teacher-forced random tokens = %.5f\n",
+              "4-bit TurboQuant cache) over 300 teacher-forced random tokens = %.3g\n",
               what.c_str(), m.config.dim, m.config.n_layers, m.config.head_dim, kl);
   EXPECT_LT(kl, 0.05) << what;
 }
