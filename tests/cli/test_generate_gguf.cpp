@@ -488,6 +488,21 @@ TEST(GenerateGguf, RandomPhi3ShapedModelMatchesReference) {
   check_against_reference(m, "phi3");
 }
 
+TEST(GenerateGguf, SlidingWindowArchitecturesWithoutTheirWindowAreRefusedByName) {
+  // gemma3 needs attention.sliding_window (llama.cpp requires it); a phi3 file without it and
+  // without one of the shapes llama.cpp knows a default for has none either.
+  for (const char* arch : {"gemma3", "phi3"}) {
+    const Shape s{arch, 64, 160, 2, 4, 2, 16, true, false, GgmlType::F32};
+    const Written w = write_random_gguf(s, std::string(arch) + "-nowindow.gguf", 20);
+    try {
+      load_model(w.path);
+      ADD_FAILURE() << arch << " loaded without its sliding window";
+    } catch (const turbokv::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sliding_window"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(GenerateGguf, MistralSlidingWindowIsHonoured) {
   // A llama file with attention.sliding_window (Mistral): every layer slides.
   Shape s{"llama", 64, 160, 2, 4, 2, 16, false, false, GgmlType::F32};
