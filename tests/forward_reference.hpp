@@ -42,11 +42,13 @@ inline void rmsnorm_ref(double* x, const std::vector<float>& w, size_t n, double
   for (size_t i = 0; i < n; ++i) x[i] = x[i] * s * w[i];
 }
 
-inline void rope_ref(double* head, const ModelConfig& c, size_t pos) {
+// local: a sliding-window layer (Gemma 3's own base, unscaled, when rope_theta_local is set).
+inline void rope_ref(double* head, const ModelConfig& c, size_t pos, bool local = false) {
   const int half = c.head_dim / 2;
+  const bool own_base = local && c.rope_theta_local > 0.0f;
   for (int i = 0; i < half; ++i) {
-    double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.head_dim);
-    if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
+    double freq = std::pow(static_cast<double>(own_base ? c.rope_theta_local : c.rope_theta), -2.0 * i / c.head_dim);
+    if (!own_base && !c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
     const double a = static_cast<double>(pos) * freq;
     const int p0 = c.rope_neox ? i : 2 * i;
     const int p1 = c.rope_neox ? i + half : 2 * i + 1;
@@ -54,6 +56,10 @@ inline void rope_ref(double* head, const ModelConfig& c, size_t pos) {
     head[p0] = v0 * std::cos(a) - v1 * std::sin(a);
     head[p1] = v0 * std::sin(a) + v1 * std::cos(a);
   }
+}
+
+inline double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 
 inline Vec swiglu_ref(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const Vec& h) {
@@ -95,7 +101,10 @@ inline Vec moe_ref(const ModelConfig& c, const LayerWeights& w, const Vec& h) {
   return y;
 }
 
-// Logits of every position of `tokens`, by the textbook equations.
+// Logits of every position of `tokens`, by the textbook equations, with each architecture's
+// variations (Gemma's embedding scale, post-norms, GeGLU, q.k scale, soft-caps and sliding
+// windows of config.layer_slides layers; OLMo 2's missing pre-norms and whole-projection q/k
+// norms; Granite's multipliers; Qwen3-MoE's routed experts).
 inline std::vector<Vec> reference_logits(const Model& m, const std::vector<int>& tokens) {
   const ModelConfig& c = m.config;
   const size_t T = tokens.size(), hd = static_cast<size_t>(c.head_dim);
@@ -103,25 +112,33 @@ inline std::vector<Vec> reference_logits(const Model& m, const std::vector<int>&
   for (size_t t = 0; t < T; ++t) {
     const auto* e = static_cast<const float*>(m.token_embedding.data) + static_cast<size_t>(tokens[t]) * c.dim;
     x[t].assign(e, e + c.dim);
+    for (double& v : x[t]) v *= c.embedding_scale;
   }
-  for (const LayerWeights& w : m.layers) {
+  const double scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = m.layers[static_cast<size_t>(l)];
+    const bool slides = c.layer_slides(l);
     std::vector<Vec> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
       Vec h = x[t];
-      rmsnorm_ref(h.data(), w.attn_norm, h.size(), c.norm_eps);
+      if (c.pre_norms) rmsnorm_ref(h.data(), w.attn_norm, h.size(), c.norm_eps);
       q[t] = matvec_ref(w.wq, h);
       k[t] = matvec_ref(w.wk, h);
       v[t] = matvec_ref(w.wv, h);
       for (size_t i = 0; i < w.bq.size(); ++i) q[t][i] += w.bq[i];
       for (size_t i = 0; i < w.bk.size(); ++i) k[t][i] += w.bk[i];
       for (size_t i = 0; i < w.bv.size(); ++i) v[t][i] += w.bv[i];
+      if (c.qk_norm_whole) {  // OLMo 2: one norm over all of q and all of k
+        rmsnorm_ref(q[t].data(), w.q_norm, q[t].size(), c.norm_eps);
+        rmsnorm_ref(k[t].data(), w.k_norm, k[t].size(), c.norm_eps);
+      }
       for (int h2 = 0; h2 < c.n_heads; ++h2) {
-        if (c.qk_norm) rmsnorm_ref(&q[t][h2 * hd], w.q_norm, hd, c.norm_eps);
-        rope_ref(&q[t][h2 * hd], c, t);
+        if (c.qk_norm && !c.qk_norm_whole) rmsnorm_ref(&q[t][h2 * hd], w.q_norm, hd, c.norm_eps);
+        rope_ref(&q[t][h2 * hd], c, t, slides);
       }
       for (int h2 = 0; h2 < c.n_kv_heads; ++h2) {
-        if (c.qk_norm) rmsnorm_ref(&k[t][h2 * hd], w.k_norm, hd, c.norm_eps);
-        rope_ref(&k[t][h2 * hd], c, t);
+        if (c.qk_norm && !c.qk_norm_whole) rmsnorm_ref(&k[t][h2 * hd], w.k_norm, hd, c.norm_eps);
+        rope_ref(&k[t][h2 * hd], c, t, slides);
       }
     }
     const int group = c.n_heads / c.n_kv_heads;
@@ -129,26 +146,41 @@ inline std::vector<Vec> reference_logits(const Model& m, const std::vector<int>&
       Vec att(static_cast<size_t>(c.q_dim()), 0.0);
       for (int h2 = 0; h2 < c.n_heads; ++h2) {
         const size_t kvh = static_cast<size_t>(h2 / group);
-        Vec score(t + 1);
+        // A sliding-window layer's query at t sees t - window + 1 .. t.
+        const size_t from = slides && t + 1 > static_cast<size_t>(c.sliding_window) ? t + 1 - c.sliding_window : 0;
+        Vec score(t + 1, 0.0);
         double mx = -1e300;
-        for (size_t s = 0; s <= t; ++s) {
+        for (size_t s = from; s <= t; ++s) {
           double dot = 0;
           for (size_t i = 0; i < hd; ++i) dot += q[t][h2 * hd + i] * k[s][kvh * hd + i];
-          score[s] = dot / std::sqrt(static_cast<double>(hd));
+          score[s] = dot * scale;
+          if (c.attn_softcap > 0.0f) score[s] = c.attn_softcap * std::tanh(score[s] / c.attn_softcap);
           mx = std::max(mx, score[s]);
         }
         double total = 0;
-        for (auto& sc : score) total += (sc = std::exp(sc - mx));
-        for (size_t s = 0; s <= t; ++s) {
+        for (size_t s = from; s <= t; ++s) total += (score[s] = std::exp(score[s] - mx));
+        for (size_t s = from; s <= t; ++s) {
           for (size_t i = 0; i < hd; ++i) att[h2 * hd + i] += score[s] / total * v[s][kvh * hd + i];
         }
       }
-      const Vec o = matvec_ref(w.wo, att);
-      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+      Vec o = matvec_ref(w.wo, att);
+      if (c.post_norms) rmsnorm_ref(o.data(), w.attn_post_norm, o.size(), c.norm_eps);
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += c.residual_scale * o[i];
       Vec h = x[t];
-      rmsnorm_ref(h.data(), w.ffn_norm, h.size(), c.norm_eps);
-      const Vec d = c.n_experts > 0 ? moe_ref(c, w, h) : swiglu_ref(w.w_gate, w.w_up, w.w_down, h);
-      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+      if (c.pre_norms) rmsnorm_ref(h.data(), w.ffn_norm, h.size(), c.norm_eps);
+      Vec d;
+      if (c.n_experts > 0) {
+        d = moe_ref(c, w, h);
+      } else {
+        Vec g = matvec_ref(w.w_gate, h);
+        const Vec u = matvec_ref(w.w_up, h);
+        for (size_t i = 0; i < g.size(); ++i) {
+          g[i] = (c.gelu_ffn ? gelu_tanh_ref(g[i]) : g[i] / (1.0 + std::exp(-g[i]))) * u[i];
+        }
+        d = matvec_ref(w.w_down, g);
+      }
+      if (c.post_norms) rmsnorm_ref(d.data(), w.ffn_post_norm, d.size(), c.norm_eps);
+      for (size_t i = 0; i < d.size(); ++i) x[t][i] += c.residual_scale * d[i];
     }
   }
   std::vector<Vec> logits(T);
@@ -156,6 +188,10 @@ inline std::vector<Vec> reference_logits(const Model& m, const std::vector<int>&
     Vec h = x[t];
     rmsnorm_ref(h.data(), m.final_norm, h.size(), c.norm_eps);
     logits[t] = matvec_ref(m.output, h);
+    for (double& v : logits[t]) v /= c.logit_scale;
+    if (c.final_softcap > 0.0f) {
+      for (double& v : logits[t]) v = c.final_softcap * std::tanh(v / c.final_softcap);
+    }
   }
   return logits;
 }

@@ -41,8 +41,10 @@ void Model::validate() const {
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = layers[static_cast<size_t>(l)];
     auto name = [l](const char* what) { return fmt::format("layers.{}.{}", l, what); };
-    check_vector(w.attn_norm, c.dim, name("attn_norm"));
-    check_vector(w.ffn_norm, c.dim, name("ffn_norm"));
+    if (c.pre_norms) {
+      check_vector(w.attn_norm, c.dim, name("attn_norm"));
+      check_vector(w.ffn_norm, c.dim, name("ffn_norm"));
+    }
     check_matrix(w.wq, c.q_dim(), c.dim, name("wq"));
     check_matrix(w.wk, c.kv_dim(), c.dim, name("wk"));
     check_matrix(w.wv, c.kv_dim(), c.dim, name("wv"));
@@ -58,8 +60,12 @@ void Model::validate() const {
       check_vector(w.bv, c.kv_dim(), name("bv"));
     }
     if (c.qk_norm) {
-      check_vector(w.q_norm, c.head_dim, name("q_norm"));
-      check_vector(w.k_norm, c.head_dim, name("k_norm"));
+      check_vector(w.q_norm, c.qk_norm_whole ? c.q_dim() : c.head_dim, name("q_norm"));
+      check_vector(w.k_norm, c.qk_norm_whole ? c.kv_dim() : c.head_dim, name("k_norm"));
+    }
+    if (c.post_norms) {
+      check_vector(w.attn_post_norm, c.dim, name("attn_post_norm"));
+      check_vector(w.ffn_post_norm, c.dim, name("ffn_post_norm"));
     }
   }
 }
@@ -71,7 +77,7 @@ size_t Model::weight_bytes() const {
     for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) total += matrix_bytes(*m);
     if (w.router.data != nullptr) total += matrix_bytes(w.router);
     total += 4 * (w.attn_norm.size() + w.ffn_norm.size() + w.bq.size() + w.bk.size() + w.bv.size() +
-                  w.q_norm.size() + w.k_norm.size());
+                  w.q_norm.size() + w.k_norm.size() + w.attn_post_norm.size() + w.ffn_post_norm.size());
   }
   return total;
 }

@@ -15,15 +15,17 @@
 namespace turbokv::engine {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [dim]
+  std::vector<float> attn_norm;  // [dim] when config.pre_norms
   WeightMatrix wq;               // [q_dim][dim]
   WeightMatrix wk;               // [kv_dim][dim]
   WeightMatrix wv;               // [kv_dim][dim]
   WeightMatrix wo;               // [dim][q_dim]
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] when config.qkv_bias
-  std::vector<float> q_norm;     // [head_dim] when config.qk_norm
-  std::vector<float> k_norm;     // [head_dim] when config.qk_norm
-  std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> q_norm;     // [head_dim] when config.qk_norm ([q_dim] when qk_norm_whole)
+  std::vector<float> k_norm;     // [head_dim] when config.qk_norm ([kv_dim] when qk_norm_whole)
+  std::vector<float> attn_post_norm;  // [dim] when config.post_norms (on the attention output)
+  std::vector<float> ffn_norm;   // [dim] when config.pre_norms
+  std::vector<float> ffn_post_norm;   // [dim] when config.post_norms (on the FFN output)
   // The SwiGLU weights. With config.n_experts = E > 0 each holds the E experts' matrices stacked
   // (GGUF's 3-D ffn_*_exps tensors): w_gate [E * hidden_dim][dim], expert e's block its rows
   // e * hidden_dim ..; w_down [E * dim][hidden_dim] likewise (expert_block() takes one).
@@ -59,7 +61,7 @@ struct Model {
 // classifier follows the weights), then the tensors. Every header field and the file size are
 // checked before any weight is touched.
 Model load_llama2c(const std::string& path);
-// GGUF v3, architectures llama, qwen2, qwen3, qwen3moe (engine/model/gguf.hpp reads the container).
+// GGUF v3, architectures kSupportedArchitectures (engine/model/gguf.hpp reads the container).
 Model load_gguf(const std::string& path);
 // By content: GGUF magic -> load_gguf, else load_llama2c.
 Model load_model(const std::string& path);

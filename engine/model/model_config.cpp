@@ -18,9 +18,14 @@ void check_range(const char* field, long long value, long long lo, long long hi)
 
 }  // namespace
 
+bool architecture_supported(const std::string& arch) {
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" || arch == "gemma3" ||
+         arch == "olmo2" || arch == "granite" || arch == "phi3";
+}
+
 void ModelConfig::validate() const {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
-    throw Error(fmt::format("model config: unsupported architecture '{}' (llama, qwen2, qwen3, qwen3moe)", arch));
+  if (!architecture_supported(arch)) {
+    throw Error(fmt::format("model config: unsupported architecture '{}' ({})", arch, kSupportedArchitectures));
   }
   check_range("dim", dim, 1, 1 << 16);
   check_range("hidden_dim", hidden_dim, 1, 1 << 18);
@@ -50,6 +55,20 @@ void ModelConfig::validate() const {
   if (!(rope_theta > 1.0f && std::isfinite(rope_theta))) {
     throw Error(fmt::format("model config: rope_theta {} must be finite and > 1", rope_theta));
   }
+  check_range("sliding_window", sliding_window, 0, 1 << 24);
+  check_range("swa_pattern", swa_pattern, 0, 1024);
+  const auto check_factor = [](const char* field, float v, bool zero_ok) {
+    if (!(std::isfinite(v) && (v > 0.0f || (zero_ok && v == 0.0f)))) {
+      throw Error(fmt::format("model config: {} = {} must be finite and {}", field, v, zero_ok ? ">= 0" : "> 0"));
+    }
+  };
+  check_factor("embedding_scale", embedding_scale, false);
+  check_factor("attention_scale", attention_scale, true);
+  check_factor("attn_softcap", attn_softcap, true);
+  check_factor("final_softcap", final_softcap, true);
+  check_factor("rope_theta_local", rope_theta_local, true);
+  check_factor("residual_scale", residual_scale, false);
+  check_factor("logit_scale", logit_scale, false);
   if (!rope_freq_factors.empty()) {
     if (static_cast<int>(rope_freq_factors.size()) != head_dim / 2) {
       throw Error(fmt::format("model config: {} rope frequency factors for head_dim {} (need {})",

@@ -1,5 +1,7 @@
-// ModelConfig: the hyperparameters of a Llama-family decoder (llama, qwen2, qwen3, qwen3moe), read
-// from a llama2.c header or GGUF metadata. Everything the forward pass branches on is here.
+// ModelConfig: the hyperparameters of a Llama-family decoder (llama, qwen2, qwen3, qwen3moe, and the
+// variations of Gemma 2 and 3, OLMo 2, Granite and Phi-3: scalings, post-norms, GeGLU, soft-caps,
+// sliding-window layers, routed experts), read from a llama2.c header or GGUF metadata. Everything
+// the forward pass branches on is here.
 #pragma once
 
 #include <string>
@@ -8,7 +10,7 @@
 namespace turbokv::engine {
 
 struct ModelConfig {
-  std::string arch = "llama";  // "llama" | "qwen2" | "qwen3" | "qwen3moe"
+  std::string arch = "llama";  // kSupportedArchitectures
   int dim = 0;                 // residual width
   int hidden_dim = 0;          // SwiGLU inner width (of each expert, in a mixture-of-experts model)
   int n_layers = 0;
@@ -27,11 +29,31 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   bool qkv_bias = false;         // Qwen2: biases on the q, k, v projections
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
+  bool qk_norm_whole = false;    // OLMo 2: the q/k norms span the whole projection (q_dim, kv_dim)
   bool tied_embeddings = false;  // output projection shares the token embedding
   // Mixture of experts (qwen3moe): the feed-forward is n_experts SwiGLU experts of hidden_dim, a
   // router picks n_experts_used of them per row (engine/runtime/moe.hpp). 0: one dense SwiGLU.
   int n_experts = 0;
   int n_experts_used = 0;
+  // Gemma 2 / 3 (as llama.cpp runs their GGUFs, whose norm weights already hold Gemma's 1 + w):
+  float embedding_scale = 1.0f;   // the token embedding times this (Gemma: sqrt(dim))
+  float attention_scale = 0.0f;   // the q.k multiplier; 0: 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;      // > 0: attention logits soft-capped, cap * tanh(logit / cap)
+  float final_softcap = 0.0f;     // > 0: output logits soft-capped the same way
+  bool post_norms = false;        // RMSNorm on the attention and FFN outputs before each residual add
+  bool pre_norms = true;          // false: no RMSNorm on the blocks' inputs (OLMo 2: post-norms only)
+  float residual_scale = 1.0f;    // each block's output times this before its add (Granite)
+  float logit_scale = 1.0f;       // the output logits divided by this (Granite)
+  bool gelu_ffn = false;          // GeGLU, gelu_tanh(gate) * up, instead of SwiGLU
+  // Sliding-window attention: 0 none; otherwise the layers that slide (layer_slides) attend
+  // only the last sliding_window positions. swa_pattern 0: every layer slides (Mistral, Phi-3); n > 0:
+  // layer l slides unless l % n == n - 1 (Gemma 2: 2, so even layers slide; Gemma 3: 6, five
+  // local layers to one global), llama.cpp's set_swa_pattern.
+  int sliding_window = 0;
+  int swa_pattern = 0;
+  // > 0: sliding-window layers rotate with this RoPE base and no frequency scaling (Gemma 3:
+  // 10,000 against the global layers' 1,000,000 and their linear scaling).
+  float rope_theta_local = 0.0f;
   int bos_id = 1;
   int eos_id = 2;
 
@@ -39,10 +61,17 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
   // Feed-forward blocks per layer: the experts, or the one dense SwiGLU.
   int ffn_blocks() const { return n_experts > 0 ? n_experts : 1; }
+  bool layer_slides(int layer) const {
+    return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
+  }
 
   // Throws turbokv::Error naming the first field out of range or inconsistent.
   void validate() const;
 };
+
+// The architectures (GGUF general.architecture) the decoder runs.
+inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, olmo2, granite, phi3";
+bool architecture_supported(const std::string& arch);
 
 // Llama 3's rope scaling (Meta's reference apply_scaling): factors for each of head_dim / 2
 // rotary pairs, computed from the scaling parameters of the model's config.json. What

@@ -1,10 +1,15 @@
-// GGUF -> Model: llama.cpp's metadata keys and tensor names for the llama, qwen2, qwen3 and
-// qwen3moe architectures. llama.cpp stores Llama's q/k weights in Meta's layout (RoPE on adjacent
-// pairs) and Qwen's unpermuted (RoPE on halves, NeoX style), so the rotation follows the arch.
+// GGUF -> Model: llama.cpp's metadata keys and tensor names for the llama, qwen2, qwen3, qwen3moe,
+// gemma2, gemma3, olmo2, granite and phi3 architectures (phi3: fused q/k/v and gate/up tensors, read as
+// row blocks of one matrix). llama.cpp stores Llama's and Granite's q/k weights in
+// Meta's layout (RoPE on adjacent pairs) and the others' unpermuted (RoPE on halves, NeoX
+// style), so the rotation follows the arch (llama.cpp's llama_model_rope_type). llama.cpp's converter already adds Gemma's 1 to its RMSNorm
+// weights, so they are read as they are, as llama.cpp's runtime does.
 // qwen3moe is qwen3 with a routed mixture of experts as its feed-forward (llama.cpp's names:
 // {arch}.expert_count, .expert_used_count, .expert_feed_forward_length; tensors ffn_gate_inp
 // [dim, E] and the 3-D ffn_gate_exps / ffn_up_exps [dim, ff, E], ffn_down_exps [ff, dim, E]).
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "engine/model/gguf.hpp"
 #include "engine/model/model.hpp"
@@ -88,15 +93,120 @@ void read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
   }
 }
 
+// Gemma 2 / 3 hyperparameters, as llama.cpp's llm_load_hparams and its graphs set them.
+void read_gemma(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  const bool gemma2 = c.arch == "gemma2";
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  c.post_norms = true;
+  c.gelu_ffn = true;
+  c.qk_norm = !gemma2;
+  // llama.cpp scales queries by 1/sqrt(query_pre_attn_scalar): dim / n_heads for the 27B
+  // models (46 layers for Gemma 2, 62 for Gemma 3), head_dim for the others; the GGUF has no key.
+  const bool big = c.n_layers == (gemma2 ? 46 : 62);
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(big ? c.dim / c.n_heads : c.head_dim));
+  const std::string window = p + "attention.sliding_window";
+  if (gemma2) {
+    c.attn_softcap = static_cast<float>(g.get_float_or(p + "attn_logit_softcapping", 50.0));
+    c.final_softcap = static_cast<float>(g.get_float_or(p + "final_logit_softcapping", 30.0));
+    c.sliding_window = g.has(window) ? checked_int(g, window, 1, 1 << 24) : 4096;
+    c.swa_pattern = 2;
+  } else {
+    c.sliding_window = checked_int(g, window, 1, 1 << 24);
+    c.swa_pattern = 6;
+    c.rope_theta_local = 10000.0f;
+  }
+}
+
+// Phi-3's sliding window: the file's key (0: none, as Phi-4 writes it), else llama.cpp's defaults
+// for the files written before the key existed (llama_model::load_hparams).
+void read_phi3(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  if (g.has(p + "attention.sliding_window")) {
+    c.sliding_window = checked_int(g, p + "attention.sliding_window", 0, 1 << 24);
+  } else if ((c.n_layers == 32 || c.n_layers == 40) && c.seq_len == 4096) {
+    c.sliding_window = 2047;  // Phi-3-mini-4k, Phi-3-medium-4k
+  } else if (c.n_layers == 32 && c.n_kv_heads == 32 && c.seq_len == 131072) {
+    c.sliding_window = 262144;  // Phi-3-mini-128k
+  } else if (c.n_layers == 40 && c.seq_len == 131072) {
+    c.sliding_window = 131072;  // Phi-3-medium-128k
+  } else {
+    throw Error(fmt::format("GGUF '{}': phi3 file without {}attention.sliding_window", g.path(), p));
+  }
+  if (g.find_tensor("rope_factors_long.weight") != nullptr || g.find_tensor("rope_factors_short.weight") != nullptr) {
+    throw Error(fmt::format("GGUF '{}': phi3 LongRoPE factors (rope_factors_long/short) are not supported", g.path()));
+  }
+}
+
+// Rows [first, first + rows) of m: a view into the same memory (llama.cpp's fused tensors).
+WeightMatrix row_block(const WeightMatrix& m, int64_t first, int64_t rows) {
+  return {m.type, rows, m.cols, static_cast<const uint8_t*>(m.data) + row_bytes(m.type, m.cols) * static_cast<size_t>(first)};
+}
+
+// Granite's four multipliers (all required, as llama.cpp reads them).
+void read_granite(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.embedding_scale = static_cast<float>(g.get_float(p + "embedding_scale"));
+  c.residual_scale = static_cast<float>(g.get_float(p + "residual_scale"));
+  c.logit_scale = static_cast<float>(g.get_float(p + "logit_scale"));
+  c.attention_scale = static_cast<float>(g.get_float(p + "attention.scale"));
+}
+
+// Layer l's tensors (blk.l.*) for the architecture c.arch.
+LayerWeights load_layer(const GgufFile& g, const ModelConfig& c, int l) {
+  LayerWeights w;
+  const std::string& arch = c.arch;
+  const std::string b = fmt::format("blk.{}.", l);
+  if (c.pre_norms) w.attn_norm = load_vector(g, b + "attn_norm.weight", c.dim);
+  if (arch == "phi3") {  // q, k, v rows of one fused matrix
+    const WeightMatrix qkv = load_matrix(g, b + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+    w.wq = row_block(qkv, 0, c.q_dim());
+    w.wk = row_block(qkv, c.q_dim(), c.kv_dim());
+    w.wv = row_block(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+  } else {
+    w.wq = load_matrix(g, b + "attn_q.weight", c.q_dim(), c.dim);
+    w.wk = load_matrix(g, b + "attn_k.weight", c.kv_dim(), c.dim);
+    w.wv = load_matrix(g, b + "attn_v.weight", c.kv_dim(), c.dim);
+  }
+  w.wo = load_matrix(g, b + "attn_output.weight", c.dim, c.q_dim());
+  if (c.qkv_bias) {
+    w.bq = load_vector(g, b + "attn_q.bias", c.q_dim());
+    w.bk = load_vector(g, b + "attn_k.bias", c.kv_dim());
+    w.bv = load_vector(g, b + "attn_v.bias", c.kv_dim());
+  }
+  if (c.qk_norm) {
+    w.q_norm = load_vector(g, b + "attn_q_norm.weight", c.qk_norm_whole ? c.q_dim() : c.head_dim);
+    w.k_norm = load_vector(g, b + "attn_k_norm.weight", c.qk_norm_whole ? c.kv_dim() : c.head_dim);
+  }
+  if (c.pre_norms) w.ffn_norm = load_vector(g, b + "ffn_norm.weight", c.dim);
+  if (c.post_norms) {
+    w.attn_post_norm = load_vector(g, b + "post_attention_norm.weight", c.dim);
+    w.ffn_post_norm = load_vector(g, b + "post_ffw_norm.weight", c.dim);
+  }
+  if (c.n_experts > 0) {
+    w.router = load_matrix(g, b + "ffn_gate_inp.weight", c.n_experts, c.dim);
+    w.w_gate = load_experts(g, b + "ffn_gate_exps.weight", c.n_experts, c.hidden_dim, c.dim);
+    w.w_up = load_experts(g, b + "ffn_up_exps.weight", c.n_experts, c.hidden_dim, c.dim);
+    w.w_down = load_experts(g, b + "ffn_down_exps.weight", c.n_experts, c.dim, c.hidden_dim);
+    return w;
+  }
+  if (arch == "phi3") {  // gate rows then up rows of one fused matrix (llama.cpp's SWIGLU split)
+    const WeightMatrix gate_up = load_matrix(g, b + "ffn_up.weight", 2 * static_cast<int64_t>(c.hidden_dim), c.dim);
+    w.w_gate = row_block(gate_up, 0, c.hidden_dim);
+    w.w_up = row_block(gate_up, c.hidden_dim, c.hidden_dim);
+  } else {
+    w.w_gate = load_matrix(g, b + "ffn_gate.weight", c.hidden_dim, c.dim);
+    w.w_up = load_matrix(g, b + "ffn_up.weight", c.hidden_dim, c.dim);
+  }
+  w.w_down = load_matrix(g, b + "ffn_down.weight", c.dim, c.hidden_dim);
+  return w;
+}
+
 }  // namespace
 
 Model load_gguf(const std::string& path) {
   auto gguf = std::make_shared<GgufFile>(GgufFile::open(path));
   const GgufFile& g = *gguf;
   const std::string arch = g.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
-    throw Error(fmt::format("GGUF '{}': architecture '{}' is not supported (llama, qwen2, qwen3, qwen3moe)", path,
-                            arch));
+  if (!architecture_supported(arch)) {
+    throw Error(fmt::format("GGUF '{}': architecture '{}' is not supported ({})", path, arch, kSupportedArchitectures));
   }
   const std::string p = arch + ".";
   Model model;
@@ -132,9 +242,22 @@ Model load_gguf(const std::string& path) {
   c.seq_len = g.has(p + "context_length") ? checked_int(g, p + "context_length", 1, 1 << 24) : 2048;
   c.norm_eps = static_cast<float>(g.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_theta = static_cast<float>(g.get_float_or(p + "rope.freq_base", 10000.0));
-  c.rope_neox = arch != "llama";
+  c.rope_neox = arch != "llama" && arch != "granite";
   c.qkv_bias = arch == "qwen2";
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
+  if (arch == "gemma2" || arch == "gemma3") read_gemma(g, p, c);
+  if (arch == "granite") read_granite(g, p, c);
+  if (arch == "phi3") read_phi3(g, p, c);
+  if (arch == "olmo2") {  // post-norms instead of pre-norms; q/k norms over the whole projections
+    c.pre_norms = false;
+    c.post_norms = true;
+    c.qk_norm = true;
+    c.qk_norm_whole = true;
+  }
+  // Mistral-style llama files: every layer attends only its window.
+  if (arch == "llama" && g.has(p + "attention.sliding_window")) {
+    c.sliding_window = checked_int(g, p + "attention.sliding_window", 1, 1 << 24);
+  }
 
   const auto& embedding = require_tensor(g, "token_embd.weight");
   if (embedding.shape.size() != 2) throw Error(fmt::format("GGUF '{}': token_embd.weight is not a matrix", path));
@@ -162,35 +285,7 @@ Model load_gguf(const std::string& path) {
   c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
   model.output = c.tied_embeddings ? model.token_embedding : load_matrix(g, "output.weight", c.vocab_size, c.dim);
   model.layers.resize(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    LayerWeights& w = model.layers[static_cast<size_t>(l)];
-    const std::string b = fmt::format("blk.{}.", l);
-    w.attn_norm = load_vector(g, b + "attn_norm.weight", c.dim);
-    w.wq = load_matrix(g, b + "attn_q.weight", c.q_dim(), c.dim);
-    w.wk = load_matrix(g, b + "attn_k.weight", c.kv_dim(), c.dim);
-    w.wv = load_matrix(g, b + "attn_v.weight", c.kv_dim(), c.dim);
-    w.wo = load_matrix(g, b + "attn_output.weight", c.dim, c.q_dim());
-    if (c.qkv_bias) {
-      w.bq = load_vector(g, b + "attn_q.bias", c.q_dim());
-      w.bk = load_vector(g, b + "attn_k.bias", c.kv_dim());
-      w.bv = load_vector(g, b + "attn_v.bias", c.kv_dim());
-    }
-    if (c.qk_norm) {
-      w.q_norm = load_vector(g, b + "attn_q_norm.weight", c.head_dim);
-      w.k_norm = load_vector(g, b + "attn_k_norm.weight", c.head_dim);
-    }
-    w.ffn_norm = load_vector(g, b + "ffn_norm.weight", c.dim);
-    if (c.n_experts > 0) {
-      w.router = load_matrix(g, b + "ffn_gate_inp.weight", c.n_experts, c.dim);
-      w.w_gate = load_experts(g, b + "ffn_gate_exps.weight", c.n_experts, c.hidden_dim, c.dim);
-      w.w_up = load_experts(g, b + "ffn_up_exps.weight", c.n_experts, c.hidden_dim, c.dim);
-      w.w_down = load_experts(g, b + "ffn_down_exps.weight", c.n_experts, c.dim, c.hidden_dim);
-    } else {
-      w.w_gate = load_matrix(g, b + "ffn_gate.weight", c.hidden_dim, c.dim);
-      w.w_up = load_matrix(g, b + "ffn_up.weight", c.hidden_dim, c.dim);
-      w.w_down = load_matrix(g, b + "ffn_down.weight", c.dim, c.hidden_dim);
-    }
-  }
+  for (int l = 0; l < c.n_layers; ++l) model.layers[static_cast<size_t>(l)] = load_layer(g, c, l);
   model.path = path;
   model.format = "gguf";
   model.storage = gguf;

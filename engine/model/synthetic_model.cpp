@@ -105,6 +105,36 @@ void fill_row(GgmlType type, int64_t cols, float stddev, uint64_t seed, uint8_t*
   }
 }
 
+// Gemma 3 1B / 4B as their GGUFs read (config.json of google/gemma-3-1b-it and -4b-it).
+ModelConfig gemma3_config(bool small) {
+  ModelConfig c;
+  c.arch = "gemma3";
+  c.dim = small ? 1152 : 2560;
+  c.hidden_dim = small ? 6912 : 10240;
+  c.n_layers = small ? 26 : 34;
+  c.n_heads = small ? 4 : 8;
+  c.n_kv_heads = small ? 1 : 4;
+  c.head_dim = 256;
+  c.vocab_size = small ? 262144 : 262208;
+  c.seq_len = small ? 32768 : 131072;
+  c.norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0f;
+  if (!small) c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2), 8.0f);  // linear scaling 8
+  c.rope_neox = true;
+  c.qk_norm = true;
+  c.tied_embeddings = true;
+  c.bos_id = 2;
+  c.eos_id = 1;
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  c.attention_scale = 1.0f / std::sqrt(256.0f);  // query_pre_attn_scalar 256
+  c.post_norms = true;
+  c.gelu_ffn = true;
+  c.sliding_window = small ? 512 : 1024;
+  c.swa_pattern = 6;
+  c.rope_theta_local = 10000.0f;
+  return c;
+}
+
 size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
@@ -115,7 +145,7 @@ size_t physical_memory_bytes() {
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
-  return {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-30b-a3b-16e"};
+  return {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-30b-a3b-16e", "gemma3-1b", "gemma3-4b"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name) {
@@ -175,6 +205,8 @@ ModelConfig synthetic_model_config(const std::string& name) {
     c.tied_embeddings = false;
     c.bos_id = 151643;
     c.eos_id = 151645;
+  } else if (name == "gemma3-1b" || name == "gemma3-4b") {
+    c = gemma3_config(name == "gemma3-1b");
   } else {
     throw Error(fmt::format("unknown synthetic model '{}' (known: {})", name, fmt::join(synthetic_model_names(), ", ")));
   }
@@ -255,6 +287,10 @@ Model make_synthetic_model(const ModelConfig& config, GgmlType type, ThreadPool&
     if (c.qk_norm) {
       w.q_norm.assign(static_cast<size_t>(c.head_dim), 1.0f);
       w.k_norm.assign(static_cast<size_t>(c.head_dim), 1.0f);
+    }
+    if (c.post_norms) {
+      w.attn_post_norm.assign(static_cast<size_t>(c.dim), 1.0f);
+      w.ffn_post_norm.assign(static_cast<size_t>(c.dim), 1.0f);
     }
   }
   m.storage = std::static_pointer_cast<const void>(std::shared_ptr<const Storage>(storage));

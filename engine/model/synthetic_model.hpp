@@ -13,6 +13,11 @@
 //                  151936, experts of width 768 with 8 used per token, F32 router, separate
 //                  output) with 16 experts instead of 128: a token's work is the real model's,
 //                  its weights (5.5 GB in Q8_0 instead of 32) fit a workstation
+//   gemma3-1b      dim 1152, hidden 6912, 26 layers, 4 / 1 heads, head_dim 256, vocab 262144,
+//                  5 sliding-window layers (window 512, RoPE base 1e4) to 1 global (1e6),
+//                  GeGLU, post-norms, per-head q/k RMSNorm, embedding x sqrt(dim), tied output
+//   gemma3-4b      dim 2560, hidden 10240, 34 layers, 8 / 4 heads, head_dim 256, vocab 262208,
+//                  window 1024, global RoPE 1e6 with linear scaling 8; otherwise as gemma3-1b
 // Weights are uniform with standard deviation 1/sqrt(fan-in), drawn directly in the target type
 // (Q8_0: uniform int8 codes with one fp16 scale per block), deterministic from the seed; norm
 // weights are 1. A Model built here owns its memory (Model::storage).

@@ -1,4 +1,4 @@
-// The per-row operations of the Llama-family forward pass (the Decoder's, decoder.hpp, which
+// The per-row operations of the Llama-family (and Gemma) forward pass (the Decoder's, decoder.hpp, which
 // Forward and BatchForward both run).
 #pragma once
 
@@ -21,6 +21,15 @@ inline void rmsnorm(float* out, const float* x, const float* weight, int size, f
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// GELU, tanh approximation (Gemma's gelu_pytorch_tanh and ggml_gelu).
+inline float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
+}
+
+// cap * tanh(x / cap): Gemma 2's soft-capping of attention and output logits.
+inline float softcap(float x, float cap) { return cap * std::tanh(x / cap); }
+
 // [n][heads][head_dim] -> [heads][n][head_dim] (the cache and attention layout), and back.
 inline void to_head_major(const float* in, int n, int heads, int head_dim, float* out) {
   for (int t = 0; t < n; ++t) {
@@ -42,15 +51,18 @@ inline void to_token_major(const float* in, int n, int heads, int head_dim, floa
   }
 }
 
-// Rotary position embedding with the model's frequencies (and any Llama 3 scaling).
+// Rotary position embedding with the model's frequencies (and any Llama 3 scaling). local: a
+// sliding-window layer's, with rope_theta_local and no scaling when the model sets it (Gemma 3).
 class Rope {
  public:
-  explicit Rope(const ModelConfig& c) : head_dim_(c.head_dim), neox_(c.rope_neox) {
+  explicit Rope(const ModelConfig& c, bool local = false) : head_dim_(c.head_dim), neox_(c.rope_neox) {
+    const bool own_base = local && c.rope_theta_local > 0.0f;
+    const float theta = own_base ? c.rope_theta_local : c.rope_theta;
     // Same float arithmetic as llama2.c (powf in float), so its checkpoints reproduce exactly.
     inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
     for (int i = 0; i < c.head_dim / 2; ++i) {
-      float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
-      if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
+      float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+      if (!own_base && !c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
       inv_freq_[static_cast<size_t>(i)] = freq;
     }
   }

@@ -30,6 +30,10 @@ struct AttentionOptions {
   float scale = 0.0f;    // 0 means 1/sqrt(head_dim)
   float softcap = 0.0f;  // > 0: logits become softcap * tanh(logits / softcap)
   bool causal = true;    // false: every query sees the whole cache
+  // > 0 (causal only): sliding-window attention, the query at cache position p sees only the
+  // keys at p - window + 1 .. p (window tokens, itself included), as llama.cpp's SWA mask.
+  // Positions count the cache's tokens, so a cache that drops tokens shifts the window.
+  size_t window = 0;
   int threads = 0;       // 0: the library default (all cores)
   AttentionArithmetic arithmetic = AttentionArithmetic::cache_default;
 };

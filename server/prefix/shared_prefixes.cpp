@@ -61,6 +61,21 @@ uint64_t model_fingerprint(const engine::Model& model) {
   }
   add_value(out, c.norm_eps);
   add_value(out, c.rope_theta);
+  // The Gemma/OLMo/Granite fields only when set, so a llama/qwen model's fingerprint stays what
+  // it was (saved prefixes keep matching).
+  const engine::ModelConfig plain;
+  if (c.post_norms || !c.pre_norms || c.qk_norm_whole || c.gelu_ffn || c.sliding_window != 0 ||
+      c.embedding_scale != plain.embedding_scale || c.attention_scale != 0.0f || c.attn_softcap != 0.0f ||
+      c.final_softcap != 0.0f || c.rope_theta_local != 0.0f || c.residual_scale != 1.0f || c.logit_scale != 1.0f) {
+    for (const int v : {int{c.post_norms}, int{c.pre_norms}, int{c.qk_norm_whole}, int{c.gelu_ffn}, c.sliding_window,
+                        c.swa_pattern}) {
+      add_value(out, v);
+    }
+    for (const float v : {c.embedding_scale, c.attention_scale, c.attn_softcap, c.final_softcap, c.rope_theta_local,
+                          c.residual_scale, c.logit_scale}) {
+      add_value(out, v);
+    }
+  }
   add_floats(out, c.rope_freq_factors);
   add_matrix(out, model.token_embedding);
   add_matrix(out, model.output);
@@ -68,6 +83,10 @@ uint64_t model_fingerprint(const engine::Model& model) {
   for (const auto& l : model.layers) {
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_down, &l.w_up}) add_matrix(out, *w);
     for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm}) add_floats(out, *v);
+    if (c.post_norms) {
+      add_floats(out, l.attn_post_norm);
+      add_floats(out, l.ffn_post_norm);
+    }
   }
   return checksum64(out);
 }

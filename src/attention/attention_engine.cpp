@@ -52,6 +52,13 @@ size_t Tile::horizon(size_t n_tokens) const {
   return std::min(h, n_tokens);
 }
 
+size_t Tile::window_start() const {
+  if (window == 0) return 0;
+  size_t start = position[0] + 1 > window ? position[0] + 1 - window : 0;
+  for (int r = 1; r < rows; ++r) start = std::min(start, position[r] + 1 > window ? position[r] + 1 - window : 0);
+  return start;
+}
+
 void run_parallel(int threads, size_t n_tasks, const std::function<void(size_t)>& fn) {
   if (threads <= 0) threads = hardware_threads();
   threads = std::min(threads, 256);
@@ -132,6 +139,7 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
     tile.q_width = p.q_width;
     tile.acc_width = p.acc_width;
     tile.causal = p.options.causal;
+    tile.window = p.options.window;
     tile.scale = p.scale;
     tile.softcap = p.options.softcap;
     for (int r = 0; r < tile.rows; ++r) {
@@ -141,8 +149,9 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
       tile.l[r] = 0.0f;
     }
     tile.acc.assign(static_cast<size_t>(tile.rows) * p.acc_width, 0.0f);
-    const size_t begin = split * split_tokens;
-    const size_t end = std::min(tile.horizon(p.n_tokens), begin + split_tokens);
+    // A sliding window skips the blocks before it (begin stays on a block boundary).
+    const size_t begin = std::max(split * split_tokens, tile.window_start() / kBlockTokens * kBlockTokens);
+    const size_t end = std::min(tile.horizon(p.n_tokens), (split + 1) * split_tokens);
     if (begin < end) source.process(head, begin, end, tile);
     float* part = partials.data() + task * part_floats;
     for (int r = 0; r < tile.rows; ++r) {
@@ -176,7 +185,7 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
             for (size_t j = 0; j < p.acc_width; ++j) dst[j] += f * acc[j];
           }
         }
-        // Every causal row sees token 0, so l > 0; guard anyway against a NaN-free zero.
+        // Every causal row sees its own token, so l > 0; guard anyway against a NaN-free zero.
         const float inv = l > 0.0 ? static_cast<float>(1.0 / l) : 0.0f;
         for (size_t j = 0; j < p.acc_width; ++j) dst[j] *= inv;
       }

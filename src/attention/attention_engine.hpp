@@ -4,6 +4,7 @@
 // walks its own storage and calls the kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <vector>
@@ -22,6 +23,7 @@ struct Tile {
   size_t q_width = 0;
   size_t acc_width = 0;
   bool causal = true;
+  size_t window = 0;  // AttentionOptions::window
   float scale = 1.0f;
   float softcap = 0.0f;
   size_t position[kMaxRows] = {};  // absolute position of each row's query
@@ -31,6 +33,10 @@ struct Tile {
   alignas(64) float scores[kMaxRows * kBlockTokens] = {};  // ld = kBlockTokens
   alignas(64) float weights[kMaxRows * kBlockTokens] = {};
   size_t visible[kMaxRows] = {};
+  size_t hidden[kMaxRows] = {};  // a block's tokens before a row's window
+
+  // The first token any row of the tile sees (0 without a window).
+  size_t window_start() const;
 
   // Largest position + 1: tokens at or past it are seen by no row of the tile.
   size_t horizon(size_t n_tokens) const;
@@ -45,13 +51,16 @@ struct Tile {
     for (int r = 0; r < rows; ++r) {
       size_t vis = n;
       if (causal) vis = position[r] + 1 <= first ? 0 : (position[r] + 1 - first < n ? position[r] + 1 - first : n);
+      size_t hid = 0;
+      if (window > 0 && position[r] + 1 > window + first) hid = std::min(position[r] + 1 - window - first, n);
       visible[r] = vis;
-      any = any || vis > 0;
+      hidden[r] = hid;
+      any = any || hid < vis;
     }
     if (!any) return false;
     dots(scores);
-    kernels->softmax_update(scores, kBlockTokens, rows, n, visible, scale, softcap, m, l,
-                            acc.data(), acc_width, acc_width);
+    kernels->softmax_update(scores, kBlockTokens, rows, n, visible, window > 0 ? hidden : nullptr, scale, softcap, m,
+                            l, acc.data(), acc_width, acc_width);
     accumulate(static_cast<const float*>(scores));
     return true;
   }

@@ -66,12 +66,13 @@ struct KernelTable {
                            size_t code_size, size_t n, const CodeGroup& group, float* acc,
                            size_t acc_stride);
   // Online softmax step for one block. scores[r * ld + t], t < n, are raw dot products; only
-  // t < visible[r] are seen. Turns them into s = softcap(scale * dot) and then into the
-  // weights p = exp(s - m_new) (0 where masked), updates m[r], l[r] and scales acc row r
-  // (acc_width floats) by exp(m_old - m_new).
+  // hidden[r] <= t < visible[r] are seen (hidden: nullptr for none hidden; a sliding window's
+  // start). Turns them into s = softcap(scale * dot) and then into the weights
+  // p = exp(s - m_new) (0 where masked), updates m[r], l[r] and scales acc row r (acc_width
+  // floats) by exp(m_old - m_new). A row that sees none of the block is left alone (weights 0).
   void (*softmax_update)(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
-                         float scale, float softcap, float* m, float* l, float* acc,
-                         size_t acc_stride, size_t acc_width);
+                         const size_t* hidden, float scale, float softcap, float* m, float* l,
+                         float* acc, size_t acc_stride, size_t acc_width);
   // out[t] = load_norm(records + t * stride, fp32) (turbokv/codec.hpp), t < n: the per-token
   // norms inside the packed records; the AVX2 table converts 8 fp16 norms at a time.
   void (*load_norms)(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out);

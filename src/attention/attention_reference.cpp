@@ -42,6 +42,8 @@ void validate_attention_request(const AttentionRequest& request, const KVCache& 
                 "attend: scale must be finite and >= 0, got {}", request.options.scale);
   TURBOKV_CHECK(request.options.softcap >= 0.0f && std::isfinite(request.options.softcap),
                 "attend: softcap must be finite and >= 0, got {}", request.options.softcap);
+  TURBOKV_CHECK(request.options.window == 0 || request.options.causal,
+                "attend: a sliding window ({} tokens) needs causal attention", request.options.window);
 }
 
 void attend_reference(std::span<const float> queries, int n_q_heads, int n_queries,
@@ -71,10 +73,12 @@ void attend_reference(std::span<const float> queries, int n_q_heads, int n_queri
     for (int qi = 0; qi < n_queries; ++qi) {
       const float* q = queries.data() + (static_cast<size_t>(h) * n_queries + qi) * head_dim;
       // Query qi sits at position n_tokens - n_queries + qi and sees keys up to it.
+      // With a window it sees only the last `window` of them.
       size_t visible = n_tokens;
       if (options.causal) visible = n_tokens - static_cast<size_t>(n_queries) + qi + 1;
+      const size_t from = options.window > 0 && visible > options.window ? visible - options.window : 0;
       double max_score = -std::numeric_limits<double>::infinity();
-      for (size_t t = 0; t < visible; ++t) {
+      for (size_t t = from; t < visible; ++t) {
         double dot = 0.0;
         for (int j = 0; j < head_dim; ++j) dot += double(q[j]) * double(k_head[t * head_dim + j]);
         double s = dot * scale;
@@ -84,7 +88,7 @@ void attend_reference(std::span<const float> queries, int n_q_heads, int n_queri
       }
       double denom = 0.0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (size_t t = 0; t < visible; ++t) {
+      for (size_t t = from; t < visible; ++t) {
         const double w = std::exp(scores[t] - max_score);
         denom += w;
         for (int j = 0; j < head_dim; ++j) acc[j] += w * double(v_head[t * head_dim + j]);

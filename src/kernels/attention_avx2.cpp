@@ -772,8 +772,8 @@ inline __m256 tanh8(__m256 y) {
 }
 
 void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
-                    float scale, float softcap, float* m, float* l, float* acc, size_t as,
-                    size_t acc_width) {
+                    const size_t* hidden, float scale, float softcap, float* m, float* l, float* acc,
+                    size_t as, size_t acc_width) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -782,21 +782,26 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
   for (int r = 0; r < rows; ++r) {
     float* s = scores + r * ld;
     const size_t vis = visible[r] < n ? visible[r] : n;
-    if (vis == 0) {
+    const size_t hid = hidden == nullptr ? 0 : (hidden[r] < vis ? hidden[r] : vis);
+    if (hid == vis) {
       for (size_t t = 0; t < n; ++t) s[t] = 0.0f;
       continue;
     }
     __m256 vmax = _mm256_set1_ps(kNegInf);
     const __m256 neg_inf = _mm256_set1_ps(kNegInf);
-    // Whole groups of 8 visible tokens need no mask (a decode step's blocks are all visible).
+    // Whole groups of 8 seen tokens need no mask (a decode step's blocks are all visible); the
+    // groups holding the window's start (hid) or the causal end (vis) do.
+    const size_t first = hid & ~size_t{7};
     const size_t full = vis & ~size_t{7};
-    for (size_t t = 0; t < vis; t += 8) {
+    const auto seen = [&](size_t t) {
+      const __m256 from = _mm256_set1_ps(static_cast<float>(static_cast<ptrdiff_t>(hid) - static_cast<ptrdiff_t>(t)));
+      const __m256 to = _mm256_set1_ps(static_cast<float>(vis - t));
+      return _mm256_and_ps(_mm256_cmp_ps(lane, from, _CMP_GE_OQ), _mm256_cmp_ps(lane, to, _CMP_LT_OQ));
+    };
+    for (size_t t = first; t < vis; t += 8) {
       __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + t), vscale);
       if (softcap > 0.0f) x = _mm256_mul_ps(vcap, tanh8(_mm256_mul_ps(x, vinv_cap)));
-      if (t >= full) {
-        const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
-        x = _mm256_blendv_ps(neg_inf, x, valid);
-      }
+      if (t >= full || t < hid) x = _mm256_blendv_ps(neg_inf, x, seen(t));
       _mm256_storeu_ps(s + t, x);
       vmax = _mm256_max_ps(vmax, x);
     }
@@ -808,15 +813,11 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
     const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
     const __m256 vm = _mm256_set1_ps(m_new);
     __m256 vsum = _mm256_setzero_ps();
-    size_t t = 0;
-    for (; t < full; t += 8) {
-      const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
-      _mm256_storeu_ps(s + t, p);
-      vsum = _mm256_add_ps(vsum, p);
-    }
+    for (size_t t = 0; t < first; ++t) s[t] = 0.0f;
+    size_t t = first;
     for (; t < vis; t += 8) {
-      const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(vis - t)), _CMP_LT_OQ);
-      const __m256 p = _mm256_and_ps(valid, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm)));
+      __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+      if (t >= full || t < hid) p = _mm256_and_ps(seen(t), p);
       _mm256_storeu_ps(s + t, p);
       vsum = _mm256_add_ps(vsum, p);
     }

@@ -106,30 +106,32 @@ void group_accumulate(const float* w, size_t ld, int rows, const uint8_t* record
 }
 
 void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* visible,
-                    float scale, float softcap, float* m, float* l, float* acc, size_t acc_stride,
-                    size_t acc_width) {
+                    const size_t* hidden, float scale, float softcap, float* m, float* l, float* acc,
+                    size_t acc_stride, size_t acc_width) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < rows; ++r) {
     float* s = scores + r * ld;
     const size_t vis = std::min(visible[r], n);
+    const size_t hid = hidden == nullptr ? 0 : std::min(hidden[r], vis);
+    if (hid == vis) {
+      std::fill(s, s + n, 0.0f);
+      continue;
+    }
     float block_max = kNegInf;
-    for (size_t t = 0; t < vis; ++t) {
+    for (size_t t = hid; t < vis; ++t) {
       float x = s[t] * scale;
       if (softcap > 0.0f) x = softcap * std::tanh(x / softcap);
       s[t] = x;
       block_max = std::max(block_max, x);
     }
-    if (vis == 0) {
-      std::fill(s, s + n, 0.0f);
-      continue;
-    }
     const float m_new = std::max(m[r], block_max);
     const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
     float sum = 0.0f;
-    for (size_t t = 0; t < vis; ++t) {
+    for (size_t t = hid; t < vis; ++t) {
       s[t] = std::exp(s[t] - m_new);
       sum += s[t];
     }
+    std::fill(s, s + hid, 0.0f);
     std::fill(s + vis, s + n, 0.0f);
     if (alpha != 1.0f) {
       float* a = acc + r * acc_stride;

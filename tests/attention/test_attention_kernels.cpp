@@ -157,24 +157,44 @@ TEST(AttentionKernels, SoftmaxUpdateMatchesScalar) {
       auto scores = random_normal(rows * kBlockTokens, rng);
       for (auto& s : scores) s *= 8.0f;
       const size_t visible[rows] = {n, 0, n / 2, 1, n + 3};
-      std::vector<float> m0 = {-INFINITY, 0.5f, 2.0f, -1.0f, 30.0f}, l0 = {0, 1, 2, 3, 4};
-      const auto acc0 = random_normal(rows * width, rng);
-      std::vector<float> s_want = scores, m_want = m0, l_want = l0, acc_want = acc0;
-      scalar.softmax_update(s_want.data(), kBlockTokens, rows, n, visible, 0.7f, softcap, m_want.data(),
-                            l_want.data(), acc_want.data(), width, width);
-      for (const KernelTable* k : tables) {
-        std::vector<float> s = scores, m = m0, l = l0, acc = acc0;
-        k->softmax_update(s.data(), kBlockTokens, rows, n, visible, 0.7f, softcap, m.data(), l.data(),
-                          acc.data(), width, width);
-        const std::string what = std::string(k->name) + " softcap " + std::to_string(softcap) + " n " + std::to_string(n);
-        for (int r = 0; r < rows; ++r) {
-          EXPECT_NEAR(m[r], m_want[r], 1e-5 * (1 + std::fabs(m_want[r]))) << what;
-          EXPECT_NEAR(l[r], l_want[r], 1e-5 * (1 + l_want[r])) << what;
-          for (size_t t = 0; t < n; ++t) {
-            EXPECT_NEAR(s[r * kBlockTokens + t], s_want[r * kBlockTokens + t], 1e-6) << what << " row " << r;
+      // A sliding window's start: none, inside the visible part, all of it, past it.
+      const size_t hidden[rows] = {n / 3, 0, n / 2, 0, n > 9 ? size_t{9} : size_t{0}};
+      for (const size_t* hide : {static_cast<const size_t*>(nullptr), hidden}) {
+        std::vector<float> m0 = {-INFINITY, 0.5f, 2.0f, -1.0f, 30.0f}, l0 = {0, 1, 2, 3, 4};
+        const auto acc0 = random_normal(rows * width, rng);
+        std::vector<float> s_want = scores, m_want = m0, l_want = l0, acc_want = acc0;
+        scalar.softmax_update(s_want.data(), kBlockTokens, rows, n, visible, hide, 0.7f, softcap, m_want.data(),
+                              l_want.data(), acc_want.data(), width, width);
+        if (hide != nullptr) {
+          // The scalar kernel itself: hidden tokens get weight 0 and do not move the max.
+          for (int r = 0; r < rows; ++r) {
+            for (size_t t = 0; t < std::min(hide[r], n); ++t) EXPECT_EQ(s_want[r * kBlockTokens + t], 0.0f) << r;
           }
+          // Row 0 starts from m = -inf: its new max is that of its seen tokens alone.
+          float seen_max = -INFINITY;
+          for (size_t t = hide[0]; t < n; ++t) {
+            const float x = scores[t] * 0.7f;
+            seen_max = std::max(seen_max, softcap > 0 ? softcap * std::tanh(x / softcap) : x);
+          }
+          EXPECT_NEAR(m_want[0], seen_max, 1e-5 * (1 + std::fabs(seen_max)));
+          EXPECT_EQ(m_want[2], m0[2]) << "a row whose window starts past its visible tokens is left alone";
+          EXPECT_EQ(l_want[2], l0[2]);
         }
-        expect_close(acc, acc_want, 1e-6, what + " acc");
+        for (const KernelTable* k : tables) {
+          std::vector<float> s = scores, m = m0, l = l0, acc = acc0;
+          k->softmax_update(s.data(), kBlockTokens, rows, n, visible, hide, 0.7f, softcap, m.data(), l.data(),
+                            acc.data(), width, width);
+          const std::string what = std::string(k->name) + " softcap " + std::to_string(softcap) + " n " +
+                                   std::to_string(n) + (hide ? " windowed" : "");
+          for (int r = 0; r < rows; ++r) {
+            EXPECT_NEAR(m[r], m_want[r], 1e-5 * (1 + std::fabs(m_want[r]))) << what;
+            EXPECT_NEAR(l[r], l_want[r], 1e-5 * (1 + l_want[r])) << what;
+            for (size_t t = 0; t < n; ++t) {
+              EXPECT_NEAR(s[r * kBlockTokens + t], s_want[r * kBlockTokens + t], 1e-6) << what << " row " << r;
+            }
+          }
+          expect_close(acc, acc_want, 1e-6, what + " acc");
+        }
       }
     }
   }

@@ -1,6 +1,7 @@
 // attend()'s options and request checks against references written here (not the library's
 // attend_reference): a two-token closed form for scale, softcap and causality, and a plain
-// double-precision loop over each cache's fetched keys/values for every class; what
+// double-precision loop over each cache's fetched keys/values for every class (with and
+// without a sliding window); what
 // validate_attention_request refuses; TurboQuantKVCache::allocated_bytes() from its layout.
 #include <gtest/gtest.h>
 
@@ -27,20 +28,22 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 // Softmax attention written out: logit = scale * q.k, then softcap * tanh(logit / softcap) when
-// softcap > 0; query i of n sees the first size - n + 1 + i tokens when causal. Layouts as in
-// attention.hpp (q/out [q_heads][n_queries][d], keys/values [kv_heads][tokens][d]).
+// softcap > 0; query i of n sees the first size - n + 1 + i tokens when causal, and of those
+// only the last `window` when window > 0. Layouts as in attention.hpp (q/out
+// [q_heads][n_queries][d], keys/values [kv_heads][tokens][d]).
 std::vector<double> plain_attention(const std::vector<float>& q, int q_heads, int n_queries,
                                     const std::vector<float>& k, const std::vector<float>& v,
                                     int kv_heads, size_t tokens, int d, double scale, double softcap,
-                                    bool causal) {
+                                    bool causal, size_t window = 0) {
   std::vector<double> out(q.size(), 0.0);
   for (int h = 0; h < q_heads; ++h) {
     const int kvh = h / (q_heads / kv_heads);
     for (int i = 0; i < n_queries; ++i) {
       const size_t seen = causal ? tokens - n_queries + 1 + i : tokens;
-      std::vector<double> p(seen);
+      const size_t from = window > 0 && seen > window ? seen - window : 0;
+      std::vector<double> p(seen, 0.0);
       double total = 0;
-      for (size_t t = 0; t < seen; ++t) {
+      for (size_t t = from; t < seen; ++t) {
         double logit = 0;
         for (int j = 0; j < d; ++j) {
           logit += double(q[(size_t(h) * n_queries + i) * d + j]) * k[(size_t(kvh) * tokens + t) * d + j];
@@ -50,7 +53,7 @@ std::vector<double> plain_attention(const std::vector<float>& q, int q_heads, in
         p[t] = std::exp(logit);  // small logits here: no max subtraction needed
         total += p[t];
       }
-      for (size_t t = 0; t < seen; ++t) {
+      for (size_t t = from; t < seen; ++t) {
         for (int j = 0; j < d; ++j) {
           out[(size_t(h) * n_queries + i) * d + j] += p[t] / total * v[(size_t(kvh) * tokens + t) * d + j];
         }
@@ -126,6 +129,48 @@ TEST(AttentionOptions, EveryClassMatchesPlainAttentionOverItsOwnValues) {
   }
 }
 
+TEST(AttentionOptions, SlidingWindowMatchesPlainAttentionForEveryClass) {
+  // 300 tokens (five blocks, so whole blocks fall before a window) and a chunk of 70 queries
+  // (many tiles, rows whose windows start in different blocks); windows from one token (each
+  // query sees only itself) to more than the cache; one and four threads (split-K ranges).
+  const int kv_heads = 2, q_heads = 4, d = 64, n_queries = 70;
+  const size_t tokens = 300;
+  const auto k = gaussian(kv_heads * tokens * d, 6, 1.5f), v = gaussian(kv_heads * tokens * d, 7);
+  const auto q = gaussian(size_t(q_heads) * n_queries * d, 8);
+  for (const char* name : {"dense32", "dense16", "tq4", "tq3s2w4", "q8_0"}) {
+    auto cache = make_kv_cache(name, kv_heads, d);
+    cache->append(k, v, tokens);
+    std::vector<float> fk(k.size()), fv(v.size());
+    cache->fetch(fk, fv);
+    for (const size_t window : {size_t{1}, size_t{5}, size_t{64}, size_t{100}, size_t{1000}}) {
+      for (const float softcap : {0.0f, 2.0f}) {
+        for (const int threads : {1, 4}) {
+          AttentionOptions o;
+          o.window = window;
+          o.softcap = softcap;
+          o.threads = threads;
+          o.arithmetic = AttentionArithmetic::exact;
+          std::vector<float> out(q.size());
+          attend(q, q_heads, n_queries, *cache, out, o);
+          const auto want = plain_attention(q, q_heads, n_queries, fk, fv, kv_heads, tokens, d,
+                                            1.0 / std::sqrt(double(d)), softcap, true, window);
+          double worst = 0;
+          for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - want[i]));
+          EXPECT_LT(worst, 2e-5) << name << " window " << window << " softcap " << softcap << " threads " << threads;
+        }
+      }
+    }
+  }
+  // A one-token window returns each query's own value exactly.
+  DenseKVCache cache(kv_heads, d, DenseDtype::f32);
+  cache.append(k, v, tokens);
+  AttentionOptions one;
+  one.window = 1;
+  std::vector<float> out(q.size());
+  attend(q, q_heads, n_queries, cache, out, one);
+  EXPECT_NEAR(out[5 * d + 3], v[(tokens - n_queries + 5) * d + 3], 1e-6);
+}
+
 TEST(AttentionOptions, ValidateRefusesBadRequests) {
   DenseKVCache cache(2, 8, DenseDtype::f32);
   const auto kv = gaussian(2 * 5 * 8, 4);
@@ -162,6 +207,8 @@ TEST(AttentionOptions, ValidateRefusesBadRequests) {
   EXPECT_THROW(validate_attention_request(many, cache), Error);
   many.options.causal = false;
   EXPECT_NO_THROW(validate_attention_request(many, cache));
+  many.options.window = 3;  // a sliding window is a causal mask
+  EXPECT_THROW(validate_attention_request(many, cache), Error);
   AttentionRequest short_out = ok;
   short_out.out = std::span<float>(out.data(), out.size() - 1);
   EXPECT_THROW(validate_attention_request(short_out, cache), Error);

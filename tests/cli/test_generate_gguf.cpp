@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/eval/evaluate.hpp"
 #include "engine/tokenizer/bpe_tokenizer.hpp"
 #include "forward_reference.hpp"
 #include "engine/model/gguf.hpp"
@@ -23,6 +24,7 @@
 #include "engine/runtime/session.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "turbokv/error.hpp"
+#include "turbokv/cache_config.hpp"
 #include "turbokv/prompt_cache.hpp"
 
 using namespace turbokv::engine;
@@ -76,7 +78,10 @@ struct Shape {
   GgmlType type;
   int vocab = 256 + 4 + 2;
   bool keep_values = true;  // keep the source floats (small models only)
+  int window = 0;           // > 0: attention.sliding_window (Gemma, Mistral)
 };
+
+bool is_gemma(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
 
 std::string spell(const std::string& bytes) {  // GPT-2 byte-level alphabet, UTF-8 encoded
   std::string out;
@@ -131,8 +136,23 @@ Written write_random_gguf(const Shape& s, const std::string& name, uint32_t seed
   w.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
   w.set_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
   w.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(s.head_dim));
-  w.set_float32(a + "rope.freq_base", s.arch == "llama" ? 500000.0f : 1000000.0f);
+  w.set_float32(a + "rope.freq_base", s.arch == "llama" ? 500000.0f : s.arch == "gemma2" ? 10000.0f : 1000000.0f);
   w.set_float32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  if (s.window > 0) w.set_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.window));
+  if (s.arch == "gemma2") {  // small caps, so that they bite on random weights
+    w.set_float32(a + "attn_logit_softcapping", 5.0f);
+    w.set_float32(a + "final_logit_softcapping", 3.0f);
+  }
+  if (s.arch == "granite") {  // Granite 3's multipliers, of the sizes its configs have
+    w.set_float32(a + "embedding_scale", 12.0f);
+    w.set_float32(a + "residual_scale", 0.22f);
+    w.set_float32(a + "logit_scale", 8.0f);
+    w.set_float32(a + "attention.scale", 0.015625f);
+  }
+  if (s.arch == "gemma3") {  // as Gemma 3 4B: global layers' RoPE linearly scaled
+    w.set_string(a + "rope.scaling.type", "linear");
+    w.set_float32(a + "rope.scaling.factor", 8.0f);
+  }
   add_bpe_vocab(w, s.arch == "llama" ? "llama-bpe" : "qwen2", s.arch == "llama", s.vocab);
 
   Written out;
@@ -163,23 +183,39 @@ Written write_random_gguf(const Shape& s, const std::string& name, uint32_t seed
   }
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    tensor(b + "attn_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-    tensor(b + "attn_q.weight", q_dim, s.dim, 0.0f, ws, true);
-    tensor(b + "attn_k.weight", kv_dim, s.dim, 0.0f, ws, true);
-    tensor(b + "attn_v.weight", kv_dim, s.dim, 0.0f, ws, true);
+    if (s.arch != "olmo2") tensor(b + "attn_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
+    if (s.arch == "phi3") {  // fused, as llama.cpp's converter writes Phi-3
+      tensor(b + "attn_qkv.weight", q_dim + 2 * kv_dim, s.dim, 0.0f, ws, true);
+    } else {
+      tensor(b + "attn_q.weight", q_dim, s.dim, 0.0f, ws, true);
+      tensor(b + "attn_k.weight", kv_dim, s.dim, 0.0f, ws, true);
+      tensor(b + "attn_v.weight", kv_dim, s.dim, 0.0f, ws, true);
+    }
     tensor(b + "attn_output.weight", s.dim, q_dim, 0.0f, 1.0f / std::sqrt(static_cast<float>(q_dim)), true);
     if (s.arch == "qwen2") {
       tensor(b + "attn_q.bias", 1, q_dim, 0.0f, 0.2f, false);
       tensor(b + "attn_k.bias", 1, kv_dim, 0.0f, 0.2f, false);
       tensor(b + "attn_v.bias", 1, kv_dim, 0.0f, 0.2f, false);
     }
-    if (s.arch == "qwen3") {
+    if (s.arch == "qwen3" || s.arch == "gemma3") {
       tensor(b + "attn_q_norm.weight", 1, s.head_dim, 1.0f, 0.1f, false);
       tensor(b + "attn_k_norm.weight", 1, s.head_dim, 1.0f, 0.1f, false);
     }
-    tensor(b + "ffn_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-    tensor(b + "ffn_gate.weight", s.hidden, s.dim, 0.0f, ws, true);
-    tensor(b + "ffn_up.weight", s.hidden, s.dim, 0.0f, ws, true);
+    if (s.arch == "olmo2") {  // over the whole projections
+      tensor(b + "attn_q_norm.weight", 1, q_dim, 1.0f, 0.1f, false);
+      tensor(b + "attn_k_norm.weight", 1, kv_dim, 1.0f, 0.1f, false);
+    }
+    // Gemma's norms as llama.cpp's converter writes them: 1 + the checkpoint's weight.
+    const bool post_norms = is_gemma(s.arch) || s.arch == "olmo2";
+    if (post_norms) tensor(b + "post_attention_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
+    if (s.arch != "olmo2") tensor(b + "ffn_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
+    if (post_norms) tensor(b + "post_ffw_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
+    if (s.arch == "phi3") {  // gate rows, then up rows
+      tensor(b + "ffn_up.weight", 2 * s.hidden, s.dim, 0.0f, ws, true);
+    } else {
+      tensor(b + "ffn_gate.weight", s.hidden, s.dim, 0.0f, ws, true);
+      tensor(b + "ffn_up.weight", s.hidden, s.dim, 0.0f, ws, true);
+    }
     tensor(b + "ffn_down.weight", s.dim, s.hidden, 0.0f, 1.0f / std::sqrt(static_cast<float>(s.hidden)), true);
   }
   out.path = name.find('/') != std::string::npos ? name : (temp_dir() / name).string();
@@ -203,27 +239,33 @@ void load_and_run(const Shape& s, const Written& w) {
   EXPECT_EQ(m.config.head_dim, s.head_dim);
   EXPECT_EQ(m.config.n_kv_heads, s.kv_heads);
   EXPECT_EQ(m.config.vocab_size, kBpeVocab);
-  EXPECT_EQ(m.config.rope_neox, s.arch != "llama");
+  EXPECT_EQ(m.config.rope_neox, s.arch != "llama" && s.arch != "granite");
   EXPECT_EQ(m.config.qkv_bias, s.arch == "qwen2");
-  EXPECT_EQ(m.config.qk_norm, s.arch == "qwen3");
+  EXPECT_EQ(m.config.qk_norm, s.arch == "qwen3" || s.arch == "gemma3" || s.arch == "olmo2");
   EXPECT_EQ(m.config.tied_embeddings, s.tied);
-  EXPECT_EQ(m.config.rope_freq_factors.empty(), !s.rope_freqs);
+  EXPECT_EQ(m.config.rope_freq_factors.empty(), !s.rope_freqs && s.arch != "gemma3");
   if (s.rope_freqs) {
     EXPECT_EQ(m.config.rope_freq_factors, w.values.at("rope_freqs.weight"));
   }
-  if (s.type == GgmlType::F32) {
+  if (s.type == GgmlType::F32 && s.arch != "phi3") {  // (phi3's fused tensors: its own test)
     const int last = s.layers - 1;
     const std::string b = "blk." + std::to_string(last) + ".";
     expect_row_equals(m.layers[last].wk, 3, w.values.at(b + "attn_k.weight"), "wk");
     expect_row_equals(m.layers[last].wo, s.dim - 1, w.values.at(b + "attn_output.weight"), "wo");
     expect_row_equals(m.layers[0].w_down, 1, w.values.at("blk.0.ffn_down.weight"), "w_down");
     expect_row_equals(m.output, 7, w.values.at(s.tied ? "token_embd.weight" : "output.weight"), "output");
-    EXPECT_EQ(m.layers[last].ffn_norm, w.values.at(b + "ffn_norm.weight"));
+    if (s.arch != "olmo2") {
+      EXPECT_EQ(m.layers[last].ffn_norm, w.values.at(b + "ffn_norm.weight"));
+    }
     if (s.arch == "qwen2") {
       EXPECT_EQ(m.layers[0].bk, w.values.at("blk.0.attn_k.bias"));
     }
     if (s.arch == "qwen3") {
       EXPECT_EQ(m.layers[0].q_norm, w.values.at("blk.0.attn_q_norm.weight"));
+    }
+    if (is_gemma(s.arch)) {
+      EXPECT_EQ(m.layers[last].attn_post_norm, w.values.at(b + "post_attention_norm.weight"));
+      EXPECT_EQ(m.layers[0].ffn_post_norm, w.values.at("blk.0.post_ffw_norm.weight"));
     }
   }
   const auto tok = load_tokenizer_for_model(m);
@@ -296,6 +338,185 @@ TEST(GenerateGguf, RandomQwen3ShapedModelLoadsAndRuns) {
 TEST(GenerateGguf, RandomQwen2ShapedModelLoadsAndRuns) {
   const Shape s{"qwen2", 64, 160, 2, 4, 1, 16, false, false, GgmlType::F32};
   load_and_run(s, write_random_gguf(s, "qwen2.gguf", 13));
+}
+
+namespace {
+
+// Teacher-forced mean KL(dense || TurboQuant) over `n` random tokens, serve's default cache
+// (4-bit TurboQuant, its exact window and sink) against the dense f32 cache.
+double default_cache_kl(const Model& m, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> id(0, 255);
+  const auto tq = turbokv::kv_request_config(turbokv::KvRequest{}, 4.0);
+  turbokv::ThreadPool pool(2);
+  const auto dense32 = turbokv::parse_kv_config("dense32").config;
+  const ModelConfig& c = m.config;
+  Session dense(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, dense32), pool);
+  Session quant(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, tq), pool);
+  double total = 0;
+  for (int i = 0; i < n; ++i) {
+    const int t = id(rng);
+    const auto p = dense.feed(std::span<const int>(&t, 1));
+    const std::vector<float> p_logits(p.begin(), p.end());
+    total += kl_divergence(p_logits, quant.feed(std::span<const int>(&t, 1)));
+  }
+  return total / n;
+}
+
+// 40 random tokens against the float64 reference, and the default cache's KL reported.
+void check_against_reference(const Model& m, const std::string& what) {
+  std::mt19937 rng(5);
+  std::vector<int> tokens(40);
+  for (int& t : tokens) t = static_cast<int>(rng() % 256);
+  EXPECT_LT(turbokv::test::max_relative_error(m, tokens, 7, 2), 2e-5) << what;
+  const double kl = default_cache_kl(m, 300, 9);
+  std::printf("[ figure ] %s random-weight GGUF (dim %d, %d layers, head_dim %d): mean KL(dense || serve's default "
+              "4-bit TurboQuant cache) over 300 teacher-forced random tokens = %.3g\n",
+              what.c_str(), m.config.dim, m.config.n_layers, m.config.head_dim, kl);
+  EXPECT_LT(kl, 0.05) << what;
+}
+
+// Gemma: the loaded file's config as llama.cpp reads it, the engine against the float64
+// reference (which applies the sliding windows, so a window ignored fails it), and the default
+// TurboQuant cache's KL against dense reported.
+void check_gemma(const Shape& s, const Written& w) {
+  load_and_run(s, w);
+  const Model m = load_model(w.path);
+  const ModelConfig& c = m.config;
+  EXPECT_FLOAT_EQ(c.embedding_scale, std::sqrt(static_cast<float>(s.dim)));
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / std::sqrt(static_cast<float>(s.head_dim)));
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_TRUE(c.gelu_ffn);
+  EXPECT_EQ(c.sliding_window, s.window);
+  if (s.arch == "gemma2") {
+    EXPECT_EQ(c.attn_softcap, 5.0f);
+    EXPECT_EQ(c.final_softcap, 3.0f);
+    for (int l = 0; l < s.layers; ++l) EXPECT_EQ(c.layer_slides(l), l % 2 == 0) << l;
+  } else {
+    EXPECT_EQ(c.attn_softcap, 0.0f);
+    EXPECT_EQ(c.final_softcap, 0.0f);
+    EXPECT_EQ(c.rope_theta_local, 10000.0f);
+    EXPECT_EQ(c.rope_theta, 1000000.0f);
+    EXPECT_EQ(c.rope_freq_factors, std::vector<float>(static_cast<size_t>(s.head_dim / 2), 8.0f));
+    for (int l = 0; l < s.layers; ++l) EXPECT_EQ(c.layer_slides(l), l % 6 != 5) << l;
+  }
+  // 40 tokens, ten times the window: chunked prefill (chunks of 7) and decode steps.
+  check_against_reference(m, s.arch);
+  // With the window widened past the sequence the logits must change (so the reference check
+  // would catch a window the engine ignored).
+  Model wide = load_model(w.path);
+  wide.config.sliding_window = 1000;
+  std::vector<int> tokens(40);
+  for (int i = 0; i < 40; ++i) tokens[static_cast<size_t>(i)] = (i * 37) % 256;
+  EXPECT_GT(turbokv::test::max_relative_error(wide, tokens, 7, 2, &m), 1e-3) << s.arch;
+}
+
+}  // namespace
+
+TEST(GenerateGguf, RandomGemma2ShapedModelMatchesReference) {
+  // Gemma 2: even layers slide (window 4), logit soft-caps 5 and 3, GeGLU, post-norms, tied
+  // embeddings scaled by sqrt(dim); head_dim 32 with dim 64.
+  for (const GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
+    Shape s{"gemma2", 64, 160, 2, 4, 2, 32, true, false, type};
+    s.window = 4;
+    const Written w = write_random_gguf(s, std::string("gemma2-") + type_name(type) + ".gguf", 14);
+    if (type == GgmlType::F32) {
+      check_gemma(s, w);
+    } else {
+      load_and_run(s, w);
+    }
+  }
+}
+
+TEST(GenerateGguf, RandomGemma3ShapedModelMatchesReference) {
+  // Gemma 3: six layers, five sliding (window 4, RoPE base 10,000) and one global (base 10^6,
+  // linear scaling 8), per-head q/k norms, head_dim 256 with two query heads on one kv head.
+  Shape s{"gemma3", 128, 256, 6, 2, 1, 256, true, false, GgmlType::F32};
+  s.window = 4;
+  check_gemma(s, write_random_gguf(s, "gemma3.gguf", 15));
+}
+
+TEST(GenerateGguf, RandomOlmo2ShapedModelMatchesReference) {
+  // OLMo 2: no pre-norms, post-norms, q/k norms over the whole q (128) and k (64) projections.
+  const Shape s{"olmo2", 64, 160, 2, 4, 2, 32, false, false, GgmlType::F32};
+  const Written w = write_random_gguf(s, "olmo2.gguf", 17);
+  load_and_run(s, w);
+  const Model m = load_model(w.path);
+  EXPECT_FALSE(m.config.pre_norms);
+  EXPECT_TRUE(m.config.post_norms && m.config.qk_norm_whole);
+  EXPECT_EQ(m.layers[1].k_norm, w.values.at("blk.1.attn_k_norm.weight"));
+  check_against_reference(m, "olmo2");
+}
+
+TEST(GenerateGguf, RandomGraniteShapedModelMatchesReference) {
+  // Granite: Llama's layout (adjacent-pair RoPE) with embedding, residual, attention and logit
+  // multipliers from the metadata.
+  const Shape s{"granite", 64, 160, 2, 4, 2, 16, true, false, GgmlType::F32};
+  const Written w = write_random_gguf(s, "granite.gguf", 18);
+  load_and_run(s, w);
+  const Model m = load_model(w.path);
+  EXPECT_EQ(m.config.embedding_scale, 12.0f);
+  EXPECT_EQ(m.config.residual_scale, 0.22f);
+  EXPECT_EQ(m.config.logit_scale, 8.0f);
+  EXPECT_EQ(m.config.attention_scale, 0.015625f);
+  check_against_reference(m, "granite");
+}
+
+TEST(GenerateGguf, RandomPhi3ShapedModelMatchesReference) {
+  // Phi-3: q/k/v in one attn_qkv tensor, gate and up in one ffn_up tensor (gate rows first),
+  // NeoX RoPE, every layer sliding (window 5 here; 2047 in Phi-3-mini-4k).
+  Shape s{"phi3", 64, 160, 2, 4, 2, 16, false, false, GgmlType::F32};
+  s.window = 5;
+  const Written w = write_random_gguf(s, "phi3.gguf", 19);
+  load_and_run(s, w);
+  const Model m = load_model(w.path);
+  EXPECT_TRUE(m.config.rope_neox);
+  EXPECT_EQ(m.config.sliding_window, 5);
+  EXPECT_TRUE(m.config.layer_slides(0) && m.config.layer_slides(1));
+  const int q_dim = 4 * 16, kv_dim = 2 * 16;
+  expect_row_equals(m.layers[1].wq, 2, w.values.at("blk.1.attn_qkv.weight"), "wq");
+  // Row r of wk is row q_dim + r of the fused matrix; of wv, q_dim + kv_dim + r.
+  std::vector<float> fused = w.values.at("blk.1.attn_qkv.weight");
+  fused.erase(fused.begin(), fused.begin() + static_cast<ptrdiff_t>(q_dim) * s.dim);
+  expect_row_equals(m.layers[1].wk, 3, fused, "wk");
+  fused.erase(fused.begin(), fused.begin() + static_cast<ptrdiff_t>(kv_dim) * s.dim);
+  expect_row_equals(m.layers[1].wv, kv_dim - 1, fused, "wv");
+  std::vector<float> gate_up = w.values.at("blk.0.ffn_up.weight");
+  expect_row_equals(m.layers[0].w_gate, 7, gate_up, "w_gate");
+  gate_up.erase(gate_up.begin(), gate_up.begin() + static_cast<ptrdiff_t>(s.hidden) * s.dim);
+  expect_row_equals(m.layers[0].w_up, 7, gate_up, "w_up");
+  check_against_reference(m, "phi3");
+}
+
+TEST(GenerateGguf, SlidingWindowArchitecturesWithoutTheirWindowAreRefusedByName) {
+  // gemma3 needs attention.sliding_window (llama.cpp requires it); a phi3 file without it and
+  // without one of the shapes llama.cpp knows a default for has none either.
+  for (const char* arch : {"gemma3", "phi3"}) {
+    const Shape s{arch, 64, 160, 2, 4, 2, 16, true, false, GgmlType::F32};
+    const Written w = write_random_gguf(s, std::string(arch) + "-nowindow.gguf", 20);
+    try {
+      load_model(w.path);
+      ADD_FAILURE() << arch << " loaded without its sliding window";
+    } catch (const turbokv::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sliding_window"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(GenerateGguf, MistralSlidingWindowIsHonoured) {
+  // A llama file with attention.sliding_window (Mistral): every layer slides.
+  Shape s{"llama", 64, 160, 2, 4, 2, 16, false, false, GgmlType::F32};
+  s.window = 3;
+  const Model windowed = load_model(write_random_gguf(s, "mistral.gguf", 16).path);
+  EXPECT_EQ(windowed.config.sliding_window, 3);
+  for (int l = 0; l < s.layers; ++l) EXPECT_TRUE(windowed.config.layer_slides(l)) << l;
+  Model plain = load_model(windowed.path);
+  plain.config.sliding_window = 0;
+  std::mt19937 rng(6);
+  std::vector<int> tokens(20);
+  for (int& t : tokens) t = static_cast<int>(rng() % 256);
+  EXPECT_LT(turbokv::test::max_relative_error(windowed, tokens, 4, 2), 2e-5);
+  EXPECT_GT(turbokv::test::max_relative_error(plain, tokens, 4, 2, &windowed), 1e-3);
 }
 
 TEST(GenerateGguf, MissingTensorOrBadMetadataIsNamed) {

@@ -64,6 +64,18 @@ TEST(SyntheticModel, NamedShapesAreTheRealOnes) {
   EXPECT_TRUE(q3.rope_neox);
   EXPECT_EQ(q3.head_dim, 128);
   EXPECT_NE(q3.q_dim(), q3.dim);  // 16 heads x 128 = 2048 != 1024
+  for (const char* name : {"gemma3-1b", "gemma3-4b"}) {
+    const ModelConfig g = synthetic_model_config(name);
+    EXPECT_EQ(g.arch, "gemma3");
+    EXPECT_EQ(g.head_dim, 256);
+    EXPECT_TRUE(g.post_norms && g.gelu_ffn && g.qk_norm && g.tied_embeddings);
+    int sliding = 0;
+    for (int l = 0; l < g.n_layers; ++l) sliding += g.layer_slides(l);
+    EXPECT_EQ(sliding, g.n_layers - g.n_layers / 6) << name;  // 5 local to 1 global
+  }
+  // Gemma 3 1B: 1.00 billion parameters; 4B: 3.88 billion in its language model.
+  EXPECT_NEAR(synthetic_weight_bytes(synthetic_model_config("gemma3-1b"), GgmlType::F16) / 2.0, 1.000e9, 0.01e9);
+  EXPECT_NEAR(synthetic_weight_bytes(synthetic_model_config("gemma3-4b"), GgmlType::F16) / 2.0, 3.88e9, 0.02e9);
   EXPECT_THROW(synthetic_model_config("llama-7b"), Error);
   EXPECT_THROW(parse_synthetic_weight_type("iq2_xxs"), Error);
   EXPECT_EQ(parse_synthetic_weight_type("q5_k"), GgmlType::Q5_K);
