@@ -93,7 +93,8 @@ class SentencePieceTokenizer : public Tokenizer {
 
   std::vector<int> encode(std::string_view text, bool bos, bool eos = false) const override;
   std::vector<int> encode_marked(std::string_view text, bool bos, std::span<const TextRange> literal) const override;
-  // Byte tokens give their byte, control tokens nothing, other tokens their piece.
+  // Byte tokens give their byte, other tokens their piece (control tokens too, as llama2.c's
+  // tokenizer.bin spells them; decode_all leaves out BOS and EOS).
   std::string decode(int id) const override;
   std::string decode(int prev, int id) const override;
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
@@ -123,7 +124,6 @@ class SentencePieceTokenizer : public Tokenizer {
   int byte_ids_[256];                                // id of "<0xXX>", or -1
   std::vector<int16_t> byte_value_;                  // per id: byte value of a byte token or -1
   std::vector<bool> mergeable_;                      // per id: a normal or user-defined piece
-  std::vector<bool> control_;                        // per id: a control token (decodes to nothing)
   std::unique_ptr<SpecialTokenMatcher> specials_;    // null without token types
   std::vector<int> end_ids_;
   int bos_id_;

@@ -79,7 +79,6 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::vector<std::string> pieces,
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
   byte_value_.assign(pieces_.size(), -1);
   mergeable_.assign(pieces_.size(), true);
-  control_.assign(pieces_.size(), false);
   if (!token_types.empty()) specials_ = std::make_unique<SpecialTokenMatcher>();
   index_.reserve(pieces_.size());
   for (int id = 0; id < n; ++id) {
@@ -95,7 +94,6 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::vector<std::string> pieces,
     const auto type = static_cast<TokenType>(token_types[id]);
     // 0 is "undefined", read as normal; user-defined pieces are text too (Gemma's runs of spaces)
     mergeable_[id] = type == TokenType::Normal || type == TokenType::UserDefined || token_types[id] == 0;
-    control_[id] = type == TokenType::Control;
     if (type == TokenType::Control || type == TokenType::Unknown || type == TokenType::UserDefined) {
       specials_->add(p, id, type == TokenType::UserDefined);
     }
@@ -249,7 +247,6 @@ void SentencePieceTokenizer::encode_fragment(std::string_view text, bool dummy_p
 std::string SentencePieceTokenizer::decode(int id) const {
   check_id(id);
   if (byte_value_[id] >= 0) return std::string(1, static_cast<char>(byte_value_[id]));
-  if (control_[id]) return {};
   return pieces_[id];
 }
 
