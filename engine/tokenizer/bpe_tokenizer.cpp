@@ -139,7 +139,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
       special = type == TokenType::Control || type == TokenType::UserDefined;
     }
     if (special && !t.empty()) specials_.emplace_back(t, id);
-    if (t == "<|eot_id|>" || t == "<|eom_id|>" || t == "<|im_end|>" || t == "<|endoftext|>") end_ids_.push_back(id);
+    if (is_end_of_turn_spelling(t)) end_ids_.push_back(id);
   }
   std::stable_sort(specials_.begin(), specials_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });

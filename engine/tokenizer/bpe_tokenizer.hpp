@@ -24,9 +24,6 @@ namespace turbokv::engine {
 
 class GgufFile;
 
-// GGUF token types (tokenizer.ggml.token_type).
-enum class TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
-
 struct BpeVocab {
   std::vector<std::string> tokens;   // in the byte-level alphabet
   std::vector<std::string> merges;   // "left right", in rank order

@@ -57,10 +57,20 @@ std::unique_ptr<Tokenizer> load_tokenizer_from_gguf(const GgufFile& gguf) {
   if (bos < 0 || bos >= n || eos < 0 || eos >= n) {
     throw Error(fmt::format("GGUF '{}': bos/eos token ids {}/{} outside the vocabulary of {}", gguf.path(), bos, eos, n));
   }
+  // Gemma 2/3 GGUFs say false: their text has no dummy-prefix space.
   const bool dummy_prefix = gguf.has("tokenizer.ggml.add_space_prefix") ? gguf.get_bool("tokenizer.ggml.add_space_prefix")
                                                                          : true;
+  std::vector<int32_t> types;
+  if (gguf.has("tokenizer.ggml.token_type")) {
+    for (const int64_t t : gguf.get_int_array("tokenizer.ggml.token_type")) types.push_back(static_cast<int32_t>(t));
+  }
+  std::vector<int> end_ids;
+  if (const int64_t eot = gguf.get_int_or("tokenizer.ggml.eot_token_id", -1); eot >= 0) {
+    end_ids.push_back(static_cast<int>(eot));  // inside the vocabulary: check_gguf_vocabulary
+  }
   return std::make_unique<SentencePieceTokenizer>(std::move(pieces), std::move(scores), static_cast<int>(bos),
-                                                  static_cast<int>(eos), dummy_prefix);
+                                                  static_cast<int>(eos), dummy_prefix, std::move(types),
+                                                  std::move(end_ids));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int expected_vocab) {

@@ -19,7 +19,8 @@ class GgufFile;
 void check_gguf_vocabulary(const GgufFile& gguf);
 
 // The tokenizer a GGUF file's metadata describes: tokenizer.ggml.model "llama" ->
-// SentencePieceTokenizer (U+2581 in pieces read as a space), "gpt2" -> BpeTokenizer.
+// SentencePieceTokenizer (U+2581 in pieces read as a space; token_type, add_space_prefix and
+// eot_token_id honoured), "gpt2" -> BpeTokenizer.
 // Throws turbokv::Error if the metadata is missing or names another model.
 std::unique_ptr<Tokenizer> load_tokenizer_from_gguf(const GgufFile& gguf);
 

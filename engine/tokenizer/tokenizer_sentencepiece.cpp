@@ -2,10 +2,12 @@
 // plus the tokenizer.bin reader.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <queue>
 
 #include "engine/model/mapped_file.hpp"
+#include "engine/tokenizer/special_tokens.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 #include "turbokv/error.hpp"
 
@@ -19,6 +21,11 @@ std::string Tokenizer::decode_all(std::span<const int> ids) const {
     prev = id;
   }
   return text;
+}
+
+bool is_end_of_turn_spelling(std::string_view text) {
+  return text == "<|eot_id|>" || text == "<|eom_id|>" || text == "<|im_end|>" || text == "<|endoftext|>" ||
+         text == "<end_of_turn>";
 }
 
 std::string Tokenizer::token_text(int prev, int id) const {
@@ -46,22 +53,33 @@ int parse_byte_piece(std::string_view piece) {
 
 SentencePieceTokenizer::SentencePieceTokenizer(std::vector<std::string> pieces,
                                                std::vector<float> scores, int bos_id, int eos_id,
-                                               bool add_dummy_prefix)
+                                               bool add_dummy_prefix, std::vector<int32_t> token_types,
+                                               std::vector<int> end_ids)
     : pieces_(std::move(pieces)),
       scores_(std::move(scores)),
+      end_ids_(std::move(end_ids)),
       bos_id_(bos_id),
       eos_id_(eos_id),
-      add_dummy_prefix_(add_dummy_prefix) {
+      add_dummy_prefix_(add_dummy_prefix),
+      bos_ends_generation_(token_types.empty()) {
   if (pieces_.empty()) throw Error("tokenizer: empty vocabulary");
   if (pieces_.size() > (1u << 24)) throw Error("tokenizer: vocabulary too large");
   if (scores_.size() != pieces_.size()) {
     throw Error(fmt::format("tokenizer: {} scores for {} pieces", scores_.size(), pieces_.size()));
   }
+  if (!token_types.empty() && token_types.size() != pieces_.size()) {
+    throw Error(fmt::format("tokenizer: {} token types for {} pieces", token_types.size(), pieces_.size()));
+  }
   const int n = static_cast<int>(pieces_.size());
   if (bos_id_ < 0 || bos_id_ >= n) throw Error(fmt::format("tokenizer: bos id {} out of range", bos_id_));
   if (eos_id_ < 0 || eos_id_ >= n) throw Error(fmt::format("tokenizer: eos id {} out of range", eos_id_));
+  for (const int id : end_ids_) {
+    if (id < 0 || id >= n) throw Error(fmt::format("tokenizer: end-of-generation id {} out of range", id));
+  }
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
   byte_value_.assign(pieces_.size(), -1);
+  mergeable_.assign(pieces_.size(), true);
+  if (!token_types.empty()) specials_ = std::make_unique<SpecialTokenMatcher>();
   index_.reserve(pieces_.size());
   for (int id = 0; id < n; ++id) {
     const std::string& p = pieces_[id];
@@ -72,7 +90,27 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::vector<std::string> pieces,
       byte_value_[id] = static_cast<int16_t>(byte);
       if (byte_ids_[byte] < 0) byte_ids_[byte] = id;
     }
+    if (token_types.empty()) continue;
+    const auto type = static_cast<TokenType>(token_types[id]);
+    // 0 is "undefined", read as normal; user-defined pieces are text too (Gemma's runs of spaces)
+    mergeable_[id] = type == TokenType::Normal || type == TokenType::UserDefined || token_types[id] == 0;
+    if (type == TokenType::Control || type == TokenType::Unknown || type == TokenType::UserDefined) {
+      specials_->add(p, id, type == TokenType::UserDefined);
+    }
+    if (type == TokenType::Control && is_end_of_turn_spelling(p)) end_ids_.push_back(id);
   }
+}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+bool SentencePieceTokenizer::is_end_of_generation(int id) const {
+  return id == eos_id_ || (bos_ends_generation_ && id == bos_id_) ||
+         std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
+}
+
+int SentencePieceTokenizer::find_mergeable(std::string_view piece) const {
+  const int id = find(piece);
+  return id >= 0 && mergeable_[id] ? id : -1;
 }
 
 void SentencePieceTokenizer::check_id(int id) const {
@@ -97,12 +135,42 @@ int SentencePieceTokenizer::find(std::string_view piece) const {
 }
 
 std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool bos, bool eos) const {
+  std::vector<int> out = encode_marked(text, bos, {});
+  if (eos) out.push_back(eos_id_);
+  return out;
+}
+
+std::vector<int> SentencePieceTokenizer::encode_marked(std::string_view text, bool bos,
+                                                       std::span<const TextRange> literal) const {
+  std::vector<int> out;
+  if (bos) out.push_back(bos_id_);
+  if (specials_ == nullptr) {
+    encode_fragment(text, add_dummy_prefix_, out);
+    return out;
+  }
+  // llama.cpp's rule: the dummy prefix goes on the first fragment and on each one right after
+  // a special token.
+  bool after_special = true;
+  specials_->split(
+      text, literal,
+      [&](std::string_view fragment) {
+        encode_fragment(fragment, add_dummy_prefix_ && after_special, out);
+        after_special = false;
+      },
+      [&](int id) {
+        out.push_back(id);
+        after_special = true;
+      });
+  return out;
+}
+
+void SentencePieceTokenizer::encode_fragment(std::string_view text, bool dummy_prefix, std::vector<int>& out) const {
   // Symbols form a doubly linked list so each merge is O(log n) via a heap, instead of
   // llama2.c's rescan; the heap orders candidates exactly as llama2.c's scan picks them
   // (highest score, then leftmost), so the ids are identical.
   std::vector<int> ids;
-  if (add_dummy_prefix_ && !text.empty()) {
-    const int space = find(" ");
+  if (dummy_prefix && !text.empty()) {
+    const int space = find_mergeable(" ");
     if (space >= 0) ids.push_back(space);
   }
   // Whole UTF-8 code points (at most 4 bytes) as one lookup, else one token per byte.
@@ -113,7 +181,10 @@ std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool bos,
            (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80) {
       ++len;
     }
-    const int id = find(text.substr(i, len));
+    // GGUF vocabularies spell a space U+2581, so a typed U+2581 is a space to them (as to
+    // llama.cpp and Hugging Face, whose normalizers turn spaces into it).
+    const bool u2581 = specials_ != nullptr && text.substr(i, len) == "\xE2\x96\x81";
+    const int id = find_mergeable(u2581 ? std::string_view(" ") : text.substr(i, len));
     if (id >= 0) {
       ids.push_back(id);
     } else {
@@ -128,7 +199,6 @@ std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool bos,
     }
     i += len;
   }
-
   const int n = static_cast<int>(ids.size());
   std::vector<int> next(n), prev(n);
   for (int k = 0; k < n; ++k) {
@@ -154,7 +224,7 @@ std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool bos,
     if (left < 0 || right < 0) return;
     joined = pieces_[ids[left]];
     joined += pieces_[ids[right]];
-    const int merged = find(joined);
+    const int merged = find_mergeable(joined);
     if (merged >= 0) heap.push({scores_[merged], left, ids[left], right, ids[right], merged});
   };
   for (int k = 0; k + 1 < n; ++k) push_pair(k);
@@ -171,12 +241,7 @@ std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool bos,
     push_pair(c.left);
   }
 
-  std::vector<int> out;
-  out.reserve(ids.size() + 2);
-  if (bos) out.push_back(bos_id_);
   for (int k = n > 0 ? 0 : -1; k >= 0; k = next[k]) out.push_back(ids[k]);
-  if (eos) out.push_back(eos_id_);
-  return out;
 }
 
 std::string SentencePieceTokenizer::decode(int id) const {
@@ -187,7 +252,10 @@ std::string SentencePieceTokenizer::decode(int id) const {
 
 std::string SentencePieceTokenizer::decode(int prev, int id) const {
   std::string text = decode(id);
-  if (prev == bos_id_ && byte_value_[id] < 0 && !text.empty() && text[0] == ' ') text.erase(0, 1);
+  // The dummy prefix's space is not part of the text (without one, as in Gemma, it is).
+  if (add_dummy_prefix_ && prev == bos_id_ && byte_value_[id] < 0 && !text.empty() && text[0] == ' ') {
+    text.erase(0, 1);
+  }
   return text;
 }
 

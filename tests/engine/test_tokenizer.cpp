@@ -141,3 +141,30 @@ TEST(Tokenizer, RejectsMalformedFiles) {
   EXPECT_THROW(load_llama2c_tokenizer((dir / "missing.bin").string()), turbokv::Error);
   std::filesystem::remove_all(dir);
 }
+
+// With GGUF token types (llama.cpp's SPM rules): control and user-defined spellings are split out
+// first, the dummy prefix goes on the first fragment and after each special, a control token is
+// text inside encode_marked's literal ranges while a user-defined one still matches, and merges
+// never assemble a control token.
+TEST(Tokenizer, TokenTypesSplitOutSpecialTokens) {
+  //                                  0        1      2       3    4    5    6     7     8     9    10     11   12
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", " ", "a", "b", "ab", " a", "<s", ">", "<u>", "<", "s"};
+  std::vector<float> scores = {0, 0, 0, -10, -10, -10, -1, -2, -3, -10, 0, -10, -10};
+  std::vector<int32_t> types(pieces.size(), 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  types[10] = 4;
+  const SentencePieceTokenizer tok(pieces, scores, 1, 2, true, types);
+  EXPECT_EQ(tok.encode("a<s>b", false), (std::vector<int>{7, 1, 3, 5}));  // " a" <s> " " "b"
+  const TextRange all{0, 5};
+  EXPECT_EQ(tok.encode_marked("a<s>b", false, {&all, 1}), (std::vector<int>{7, 8, 9, 5}));  // " a" "<s" ">" "b"
+  const TextRange tag{0, 3};
+  EXPECT_EQ(tok.encode_marked("<u>", false, {&tag, 1}), (std::vector<int>{10}));
+  EXPECT_EQ(tok.encode("ab<u>", true), (std::vector<int>{1, 3, 6, 10}));  // BOS " " "ab" <u>
+  EXPECT_EQ(tok.decode(1), "<s>");
+  EXPECT_EQ(tok.decode(10), "<u>");
+  EXPECT_EQ(tok.decode_all(tok.encode_marked("a<s>b", true, {&all, 1})), "a<s>b");
+  EXPECT_TRUE(tok.is_end_of_generation(2));
+  EXPECT_FALSE(tok.is_end_of_generation(1));  // BOS ends a generation only for llama2.c vocabularies
+  EXPECT_THROW(SentencePieceTokenizer(pieces, scores, 1, 2, true, std::vector<int32_t>(3, 1)), turbokv::Error);
+}
