@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -215,6 +216,64 @@ TEST(AttentionTurboQuant, PrefillChunkEqualsTokenByTokenDecode) {
   std::vector<float> prefilled(q.size());
   turbokv::attend(q, q_heads, chunk, cache, prefilled);
   EXPECT_LT(rel_l2(prefilled, decoded), 1e-6);
+}
+
+// Prompt chunks (several queries, mse keys) attend in prefill tiles: blocks decoded once by
+// group_decode, then the blocked float kernels. Every width (whole and half), head dims
+// 64/128/256, GQA groups 1/4/8, odd query counts, chunks after an existing cache (the causal
+// offset reaching into the compressed region), sinks, window and centering; int8 arithmetic
+// gives the same bits there, since prefill tiles always multiply in float.
+TEST(AttentionTurboQuant, PrefillTilesEveryWidthShapeAndOffset) {
+  std::mt19937 rng(29);
+  for (double bits : {2.0, 3.0, 4.0, 3.5, 2.5}) {
+    for (int dim : {64, 128, 256}) {
+      for (int ratio : {1, 4, 8}) {
+        for (int n_queries : {2, 9, 41}) {
+          Case c;
+          c.head_dim = dim;
+          c.kv_heads = 2;
+          c.q_heads = 2 * ratio;
+          c.cache.key_bits = c.cache.value_bits = bits;
+          c.n_queries = n_queries;
+          c.tokens = n_queries == 9 ? 9 : 101 + n_queries;  // alone, or after a prefix
+          c.cache.sinks = ratio == 4 ? 3 : 0;
+          c.cache.window = ratio == 8 ? 16 : 0;
+          c.cache.center = dim == 128 && ratio == 4;  // centering takes its mean from the sinks
+          c.cache.page_tokens = 48;
+          c.options.threads = 2;
+          check_case(c, rng);
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionTurboQuant, PrefillTilesIgnoreInt8Arithmetic) {
+  std::mt19937 rng(31);
+  TurboQuantCacheOptions o;
+  o.key_bits = o.value_bits = 4;
+  o.window = 8;
+  TurboQuantKVCache cache(2, 64, o);
+  cache.append(random_normal(2 * 140 * 64, rng, 2.0f), random_normal(2 * 140 * 64, rng), 140);
+  AttentionOptions exact, int8;
+  exact.arithmetic = turbokv::AttentionArithmetic::exact;
+  int8.arithmetic = turbokv::AttentionArithmetic::int8;
+  for (const auto* table : tables()) {
+    TableGuard guard(table);
+    for (int n_queries : {1, 5}) {
+      const auto q = random_normal(size_t{8} * n_queries * 64, rng);
+      std::vector<float> a(q.size()), b(q.size());
+      turbokv::attend(q, 8, n_queries, cache, a, exact);
+      turbokv::attend(q, 8, n_queries, cache, b, int8);
+      bool same = true;
+      for (size_t i = 0; i < a.size(); ++i) same = same && std::memcmp(&a[i], &b[i], sizeof(float)) == 0;
+      if (n_queries > 1) {
+        EXPECT_TRUE(same) << table->name << ": a prompt chunk's tiles multiply in float";
+      } else if (table->int8_dots != nullptr) {
+        EXPECT_FALSE(same) << table->name << ": a decode step keeps the int8 arithmetic";
+      }
+    }
+  }
 }
 
 TEST(AttentionTurboQuant, EmptyCacheIsAnError) {
