@@ -22,9 +22,7 @@ namespace turbokv {
 // AVX512-VNNI); several times cheaper, with a measured cost in accuracy (docs/benchmarks.md).
 // It applies to mse keys and values of 2, 3 or 4 bits in groups of 32 coordinates, and, on
 // CPUs with AVX512-VNNI/VBMI, 8 bits in groups of 64-256 (then in 12-bit integers); other
-// caches take the exact path. It applies to decode steps (n_queries = 1): a chunk of several
-// queries over mse keys decodes each block of codes once for many query rows and multiplies in
-// float (faster there, and exact). cache_default: what the cache's options ask for
+// caches take the exact path. cache_default: what the cache's options ask for
 // (TurboQuantCacheOptions::int8_attention). Other cache classes ignore this.
 enum class AttentionArithmetic : uint8_t { cache_default, exact, int8 };
 

@@ -21,12 +21,10 @@
 // times the codebook's integer scale); the compressed tokens' softmax weights times their value
 // norms become 7-bit (12-bit) integers per row and block. Sinks and window stay float.
 //
-// Prefill (a call with several queries, mse keys): tiles of kPrefillRows rows, float arithmetic
-// whatever AttentionArithmetic says. Each block's codes are decoded once (group_decode) into
-// centroid rows laid out as the prepared query rows (keys) and accumulators (values), which the
-// blocked prefill kernels multiply by all the tile's rows: with 32 rows per block the decode is
-// a small part, and the products run at the float kernels' compute rate. The integer kernels'
-// gain is reading fewer bytes per decode step, which a prefill tile does not need.
+// Prefill (a call with several queries, mse keys, exact arithmetic): tiles of kPrefillRows rows.
+// Each block's codes are decoded once (group_decode) into centroid rows laid out as the prepared
+// query rows (keys) and accumulators (values), which the blocked prefill kernels multiply by all
+// the tile's rows. Int8 arithmetic keeps its own kernels and tiles of kMaxRows for prompts too.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -571,11 +569,13 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   const AttentionArithmetic arithmetic = request.options.arithmetic;
   const bool want_int8 = arithmetic == AttentionArithmetic::int8 ||
                          (arithmetic == AttentionArithmetic::cache_default && cache.options().int8_attention);
-  // A prompt chunk of an mse-key cache attends in prefill tiles (see the top of this file); one
-  // query (a decode step) and QJL keys keep the tiles of kMaxRows and the chosen arithmetic.
-  const bool prefill = prefill_tile_rows(request.n_queries) == kPrefillRows && cache.key_prod() == nullptr;
-  const TurboQuantSource source(cache, kernels, !prefill && want_int8 && int8_layout_supported(cache, kernels),
-                                prefill);
+  // A prompt chunk of an mse-key cache in float arithmetic attends in prefill tiles (see the top
+  // of this file); one query (a decode step), QJL keys and int8 arithmetic keep the tiles of
+  // kMaxRows: at 7.3K tokens the int8 kernels' chunk was measured as fast as or faster than
+  // the float prefill tiles (docs/history/benchmarks-notebook.md, issue 29).
+  const bool int8 = want_int8 && int8_layout_supported(cache, kernels);
+  const bool prefill = !int8 && prefill_tile_rows(request.n_queries) == kPrefillRows && cache.key_prod() == nullptr;
+  const TurboQuantSource source(cache, kernels, int8, prefill);
 
   std::vector<float> original(n_rows * dim);
   gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original.data(), dim, 0);

@@ -378,8 +378,7 @@ TEST(AttentionInt8, CloseToExactOnEveryShape) {
   check_close_to_exact({64, 4, 4, 65, 4.0, 3.0}, tol, rng);  // no GQA
   check_close_to_exact({64, 24, 3, 200, 3.0, 3.0, 1, 16, true}, tol, rng);  // sinks, window, centered
   check_close_to_exact({256, 16, 2, 90, 4.0, 2.0}, tol, rng);
-  // Prompt chunks (several queries) multiply in float in prefill tiles whatever the arithmetic
-  // (test_attention_turboquant.cpp, PrefillTilesIgnoreInt8Arithmetic): only decode steps here.
+  check_close_to_exact({64, 8, 2, 150, 4.0, 4.0, 0, 0, false, 7}, tol, rng);  // prefill: causal rows
   if (turbokv::attn::active_kernel_table().int16_dots != nullptr) {  // 8-bit codes in int16
     check_close_to_exact({128, 32, 8, 300, 8.0, 8.0}, tol, rng);
     check_close_to_exact({64, 8, 2, 77, 8.0, 4.0}, tol, rng);

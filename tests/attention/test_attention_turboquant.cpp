@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -221,8 +220,8 @@ TEST(AttentionTurboQuant, PrefillChunkEqualsTokenByTokenDecode) {
 // Prompt chunks (several queries, mse keys) attend in prefill tiles: blocks decoded once by
 // group_decode, then the blocked float kernels. Every width (whole and half), head dims
 // 64/128/256, GQA groups 1/4/8, odd query counts, chunks after an existing cache (the causal
-// offset reaching into the compressed region), sinks, window and centering; int8 arithmetic
-// gives the same bits there, since prefill tiles always multiply in float.
+// offset reaching into the compressed region), sinks, window and centering. (Int8 arithmetic
+// keeps its own kernels and tiles for prompts: test_attention_int8.cpp.)
 TEST(AttentionTurboQuant, PrefillTilesEveryWidthShapeAndOffset) {
   std::mt19937 rng(29);
   for (double bits : {2.0, 3.0, 4.0, 3.5, 2.5}) {
@@ -243,34 +242,6 @@ TEST(AttentionTurboQuant, PrefillTilesEveryWidthShapeAndOffset) {
           c.options.threads = 2;
           check_case(c, rng);
         }
-      }
-    }
-  }
-}
-
-TEST(AttentionTurboQuant, PrefillTilesIgnoreInt8Arithmetic) {
-  std::mt19937 rng(31);
-  TurboQuantCacheOptions o;
-  o.key_bits = o.value_bits = 4;
-  o.window = 8;
-  TurboQuantKVCache cache(2, 64, o);
-  cache.append(random_normal(2 * 140 * 64, rng, 2.0f), random_normal(2 * 140 * 64, rng), 140);
-  AttentionOptions exact, int8;
-  exact.arithmetic = turbokv::AttentionArithmetic::exact;
-  int8.arithmetic = turbokv::AttentionArithmetic::int8;
-  for (const auto* table : tables()) {
-    TableGuard guard(table);
-    for (int n_queries : {1, 5}) {
-      const auto q = random_normal(size_t{8} * n_queries * 64, rng);
-      std::vector<float> a(q.size()), b(q.size());
-      turbokv::attend(q, 8, n_queries, cache, a, exact);
-      turbokv::attend(q, 8, n_queries, cache, b, int8);
-      bool same = true;
-      for (size_t i = 0; i < a.size(); ++i) same = same && std::memcmp(&a[i], &b[i], sizeof(float)) == 0;
-      if (n_queries > 1) {
-        EXPECT_TRUE(same) << table->name << ": a prompt chunk's tiles multiply in float";
-      } else if (table->int8_dots != nullptr) {
-        EXPECT_FALSE(same) << table->name << ": a decode step keeps the int8 arithmetic";
       }
     }
   }
