@@ -1,5 +1,7 @@
 // Attention over DenseKVCache pages: keys and values are read in place, page by page, in blocks
-// of kBlockTokens, converted to float in registers (fp16) by the kernels.
+// of kBlockTokens, converted to float in registers (fp16) by the kernels. A call with many
+// queries (a prompt chunk) runs tiles of kPrefillRows rows through the table's prefill_*
+// kernels, which share each block's loads among all of them.
 #include <algorithm>
 #include <vector>
 
@@ -12,13 +14,17 @@ namespace {
 
 class DenseSource : public BlockSource {
  public:
-  explicit DenseSource(const DenseKVCache& cache) : cache_(cache) {}
+  DenseSource(const DenseKVCache& cache, const KernelTable& k, bool prefill)
+      : cache_(cache),
+        dots_f16_(prefill ? k.prefill_dots_f16 : k.dots_f16),
+        dots_f32_(prefill ? k.prefill_dots_f32 : k.dots_f32),
+        accumulate_f16_(prefill ? k.prefill_accumulate_f16 : k.accumulate_f16),
+        accumulate_f32_(prefill ? k.prefill_accumulate_f32 : k.accumulate_f32) {}
 
   void process(int head, size_t begin, size_t end, Tile& tile) const override {
     const size_t page_tokens = cache_.page_tokens();
     const int dim = cache_.head_dim();
     const bool half = cache_.dtype() == DenseDtype::f16;
-    const KernelTable& k = *tile.kernels;
     size_t t = begin;
     while (t < end) {
       const size_t page = t / page_tokens;
@@ -34,18 +40,18 @@ class DenseSource : public BlockSource {
           const auto* vb = static_cast<const uint16_t*>(values) + offset;
           tile.step(
               n, t,
-              [&](float* s) { k.dots_f16(tile.q, tile.q_width, tile.rows, kb, n, dim, s, kBlockTokens); },
+              [&](float* s) { dots_f16_(tile.q, tile.q_width, tile.rows, kb, n, dim, s, kBlockTokens); },
               [&](const float* w) {
-                k.accumulate_f16(w, kBlockTokens, tile.rows, vb, n, dim, tile.acc.data(), tile.acc_width);
+                accumulate_f16_(w, kBlockTokens, tile.rows, vb, n, dim, tile.acc.data(), tile.acc_width);
               });
         } else {
           const auto* kb = static_cast<const float*>(keys) + offset;
           const auto* vb = static_cast<const float*>(values) + offset;
           tile.step(
               n, t,
-              [&](float* s) { k.dots_f32(tile.q, tile.q_width, tile.rows, kb, n, dim, s, kBlockTokens); },
+              [&](float* s) { dots_f32_(tile.q, tile.q_width, tile.rows, kb, n, dim, s, kBlockTokens); },
               [&](const float* w) {
-                k.accumulate_f32(w, kBlockTokens, tile.rows, vb, n, dim, tile.acc.data(), tile.acc_width);
+                accumulate_f32_(w, kBlockTokens, tile.rows, vb, n, dim, tile.acc.data(), tile.acc_width);
               });
         }
         t += n;
@@ -55,6 +61,10 @@ class DenseSource : public BlockSource {
 
  private:
   const DenseKVCache& cache_;
+  decltype(KernelTable::dots_f16) dots_f16_;
+  decltype(KernelTable::dots_f32) dots_f32_;
+  decltype(KernelTable::accumulate_f16) accumulate_f16_;
+  decltype(KernelTable::accumulate_f32) accumulate_f32_;
 };
 
 }  // namespace
@@ -76,7 +86,8 @@ void attend_dense(const AttentionRequest& request, const DenseKVCache& cache) {
   problem.options = request.options;
   problem.scale = effective_scale(request.options, dim);
   problem.kernels = &active_kernel_table();
-  const DenseSource source(cache);
+  problem.tile_rows = prefill_tile_rows(request.n_queries);
+  const DenseSource source(cache, *problem.kernels, problem.tile_rows == kPrefillRows);
   const std::vector<float> result = run_attention(problem, source);
   scatter_output_rows(result.data(), dim, 0, kv_heads, group, request.n_queries, dim, request.out);
 }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/check.hpp"
 #include "turbokv/thread_pool.hpp"
 
 namespace turbokv::attn {
@@ -108,7 +109,10 @@ void scatter_output_rows(const float* rows, size_t width, size_t offset, int kv_
 
 std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
   const size_t rows_per_head = static_cast<size_t>(p.group) * p.n_queries;
-  const size_t tiles = (rows_per_head + kMaxRows - 1) / kMaxRows;
+  const size_t tile_rows = static_cast<size_t>(p.tile_rows);
+  TURBOKV_CHECK(p.tile_rows >= 1 && p.tile_rows <= kPrefillRows, "attention: tile rows {} outside [1, {}]", p.tile_rows,
+                kPrefillRows);
+  const size_t tiles = (rows_per_head + tile_rows - 1) / tile_rows;
   const int threads = p.options.threads <= 0 ? hardware_threads() : p.options.threads;
 
   // Split-K: when heads x tiles give too few tasks to keep every thread busy, cut each head's
@@ -123,7 +127,7 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
   const size_t split_tokens = blocks_per_split * kBlockTokens;
 
   // Partial results per (head, tile, split): m and l per row, then acc rows.
-  const size_t part_floats = kMaxRows * 2 + kMaxRows * p.acc_width;
+  const size_t part_floats = tile_rows * 2 + tile_rows * p.acc_width;
   const size_t n_tasks = base_tasks * splits;
   std::vector<float> partials(n_tasks * part_floats);
 
@@ -133,8 +137,8 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
     const int head = static_cast<int>(task / splits / tiles);
     Tile tile;
     tile.kernels = p.kernels;
-    const size_t row0 = tile_index * kMaxRows;
-    tile.rows = static_cast<int>(std::min<size_t>(kMaxRows, rows_per_head - row0));
+    const size_t row0 = tile_index * tile_rows;
+    tile.rows = static_cast<int>(std::min<size_t>(tile_rows, rows_per_head - row0));
     tile.q = p.rows + (head * rows_per_head + row0) * p.q_width;
     tile.q_width = p.q_width;
     tile.acc_width = p.acc_width;
@@ -156,17 +160,17 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
     float* part = partials.data() + task * part_floats;
     for (int r = 0; r < tile.rows; ++r) {
       part[r] = tile.m[r];
-      part[kMaxRows + r] = tile.l[r];
+      part[tile_rows + r] = tile.l[r];
     }
-    std::copy(tile.acc.begin(), tile.acc.end(), part + 2 * kMaxRows);
+    std::copy(tile.acc.begin(), tile.acc.end(), part + 2 * tile_rows);
   });
 
   // Merge the splits: acc = sum_s exp(m_s - M) acc_s, l = sum_s exp(m_s - M) l_s.
   std::vector<float> result(static_cast<size_t>(p.kv_heads) * rows_per_head * p.acc_width);
   for (int head = 0; head < p.kv_heads; ++head) {
     for (size_t tile_index = 0; tile_index < tiles; ++tile_index) {
-      const size_t row0 = tile_index * kMaxRows;
-      const int rows = static_cast<int>(std::min<size_t>(kMaxRows, rows_per_head - row0));
+      const size_t row0 = tile_index * tile_rows;
+      const int rows = static_cast<int>(std::min<size_t>(tile_rows, rows_per_head - row0));
       const size_t task0 = (static_cast<size_t>(head) * tiles + tile_index) * splits;
       for (int r = 0; r < rows; ++r) {
         float big = kNegInf;
@@ -177,8 +181,8 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
           const float* part = partials.data() + (task0 + s) * part_floats;
           if (part[r] == kNegInf) continue;
           const float f = std::exp(part[r] - big);
-          l += static_cast<double>(f) * part[kMaxRows + r];
-          const float* acc = part + 2 * kMaxRows + r * p.acc_width;
+          l += static_cast<double>(f) * part[tile_rows + r];
+          const float* acc = part + 2 * tile_rows + r * p.acc_width;
           if (splits == 1) {
             std::copy(acc, acc + p.acc_width, dst);
           } else {

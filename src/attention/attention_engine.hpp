@@ -14,7 +14,8 @@
 
 namespace turbokv::attn {
 
-// One tile: up to kMaxRows query rows of one kv head (rows of a head are ordered query-major:
+// One tile: up to Problem::tile_rows (kMaxRows, or kPrefillRows for calls with many queries) query
+// rows of one kv head (rows of a head are ordered query-major:
 // row = query_index * group + head_in_group, so a tile holds neighbouring positions).
 struct Tile {
   const KernelTable* kernels = nullptr;
@@ -26,14 +27,14 @@ struct Tile {
   size_t window = 0;  // AttentionOptions::window
   float scale = 1.0f;
   float softcap = 0.0f;
-  size_t position[kMaxRows] = {};  // absolute position of each row's query
-  float m[kMaxRows] = {};
-  float l[kMaxRows] = {};
+  size_t position[kPrefillRows] = {};  // absolute position of each row's query
+  float m[kPrefillRows] = {};
+  float l[kPrefillRows] = {};
   std::vector<float> acc;                     // rows x acc_width
-  alignas(64) float scores[kMaxRows * kBlockTokens] = {};  // ld = kBlockTokens
-  alignas(64) float weights[kMaxRows * kBlockTokens] = {};
-  size_t visible[kMaxRows] = {};
-  size_t hidden[kMaxRows] = {};  // a block's tokens before a row's window
+  alignas(64) float scores[kPrefillRows * kBlockTokens] = {};  // ld = kBlockTokens
+  alignas(64) float weights[kPrefillRows * kBlockTokens] = {};
+  size_t visible[kPrefillRows] = {};
+  size_t hidden[kPrefillRows] = {};  // a block's tokens before a row's window
 
   // The first token any row of the tile sees (0 without a window).
   size_t window_start() const;
@@ -85,7 +86,15 @@ struct Problem {
   AttentionOptions options;
   float scale = 1.0f;
   const KernelTable* kernels = nullptr;
+  // Rows per tile: kMaxRows; kPrefillRows where the source attends prefill tiles with the
+  // table's prefill_* kernels (prefill_tile_rows).
+  int tile_rows = kMaxRows;
 };
+
+// The tile height of a call with n_queries queries: a one-token decode step keeps kMaxRows (its
+// bits do not change); a prompt chunk takes kPrefillRows. Depends only on the call's shape, so a
+// sequence's results stay independent of the batch it runs in.
+inline int prefill_tile_rows(int n_queries) { return n_queries > 1 ? kPrefillRows : kMaxRows; }
 
 // Runs attention for every row; returns the normalized accumulators acc / l,
 // [kv_heads][group * n_queries][acc_width].

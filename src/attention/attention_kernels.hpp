@@ -18,6 +18,9 @@ namespace turbokv::attn {
 
 inline constexpr int kBlockTokens = 64;
 inline constexpr int kMaxRows = 8;
+// Rows of a prefill tile (a call with more than one query): many rows share each block's loads,
+// conversion and transposition, which makes the prompt's attention compute-bound.
+inline constexpr int kPrefillRows = 32;
 
 // One run of packed b-bit codes inside a fixed-size record (see packing.hpp for the LSB-first
 // bit order): `dims` codes starting at byte `offset`, decoded through `table` (2^bits floats).
@@ -134,6 +137,28 @@ struct KernelTable {
   // for 3-bit codes (docs/history/benchmarks-notebook.md, "Integer attention"), so the AVX2
   // table leaves them to the exact path.
   unsigned int8_widths;
+
+  // ---- prefill tiles (kPrefillRows rows of a call with many queries; dense blocks) ----
+  // The contracts of dots_f16 .. accumulate_f32, n <= kBlockTokens. The scalar table computes
+  // each score as one fused multiply-add chain over j in order, and each accumulator lane as one
+  // over t in order (zero weights included); the VNNI table's blocked AVX-512 kernels
+  // (attention_prefill_avx512.cpp) perform exactly those operations, so they give the scalar
+  // table's bits. The AVX2 table, and the VNNI table at head dims its blocked kernels do not take
+  // (prefill_avx512_dim), point at their dots_* / accumulate_*.
+  void (*prefill_dots_f16)(const float* q, size_t q_stride, int rows, const uint16_t* keys, size_t n,
+                           int dim, float* scores, size_t ld);
+  void (*prefill_dots_f32)(const float* q, size_t q_stride, int rows, const float* keys, size_t n,
+                           int dim, float* scores, size_t ld);
+  void (*prefill_accumulate_f16)(const float* w, size_t ld, int rows, const uint16_t* values, size_t n,
+                                 int dim, float* acc, size_t acc_stride);
+  void (*prefill_accumulate_f32)(const float* w, size_t ld, int rows, const float* values, size_t n,
+                                 int dim, float* acc, size_t acc_stride);
+  // Packed records decoded to centroids for the prefill kernels: out[t * ld + p] for t < n and
+  // p < group.padded_dims(), in the layout of the table's prepared query rows and accumulators
+  // (chunk_order4 for 4-bit groups). Positions past group.dims hold finite values that the
+  // zero padding of query rows cancels and that no output reads.
+  void (*group_decode)(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                       float* out, size_t ld);
 };
 
 // 12-bit integers: sums of 256 products of two of them stay within int32, and their rounding

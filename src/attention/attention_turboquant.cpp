@@ -20,6 +20,11 @@
 // values (dims / 4 or dims / 2 floats' room) plus one float, its scale (the row's max / levels
 // times the codebook's integer scale); the compressed tokens' softmax weights times their value
 // norms become 7-bit (12-bit) integers per row and block. Sinks and window stay float.
+//
+// Prefill (a call with several queries, mse keys, exact arithmetic): tiles of kPrefillRows rows.
+// Each block's codes are decoded once (group_decode) into centroid rows laid out as the prepared
+// query rows (keys) and accumulators (values), which the blocked prefill kernels multiply by all
+// the tile's rows. Int8 arithmetic keeps its own kernels and tiles of kMaxRows for prompts too.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -29,6 +34,7 @@
 
 #include "attention/attention_engine.hpp"
 #include "attention/attention_paths.hpp"
+#include "core/check.hpp"
 
 namespace turbokv::attn {
 
@@ -91,8 +97,11 @@ bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& ke
 
 class TurboQuantSource : public BlockSource {
  public:
-  TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels, bool int8)
-      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4), int8_(int8) {
+  // prefill: decode blocks for the prefill kernels (float rows, mse keys; not with int8).
+  TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels, bool int8, bool prefill)
+      : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4), int8_(int8), prefill_(prefill) {
+    TURBOKV_CHECK(!(int8 && prefill) && !(prefill && cache.key_prod() != nullptr),
+                  "TurboQuantSource: prefill tiles take float rows of mse keys");
     const TurboQuantMse* mse = cache.key_mse();
     const TurboQuantProd* prod = cache.key_prod();
     key_layout_ = prod != nullptr ? prod->layout() : mse->layout();
@@ -244,16 +253,21 @@ class TurboQuantSource : public BlockSource {
           n, t,
           [&](float* s) {
             if constexpr (std::is_same_v<T, float>) {
-              k.dots_f32(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s, kBlockTokens);
+              (prefill_ ? k.prefill_dots_f32 : k.dots_f32)(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s,
+                                                           kBlockTokens);
             } else {
-              k.dots_f16(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s, kBlockTokens);
+              (prefill_ ? k.prefill_dots_f16 : k.dots_f16)(tile.q + q_orig_, tile.q_width, tile.rows, kb, n, dim_, s,
+                                                           kBlockTokens);
             }
           },
           [&](const float* w) {
+            float* acc = tile.acc.data() + acc_orig_;
             if constexpr (std::is_same_v<T, float>) {
-              k.accumulate_f32(w, kBlockTokens, tile.rows, vb, n, dim_, tile.acc.data() + acc_orig_, tile.acc_width);
+              (prefill_ ? k.prefill_accumulate_f32 : k.accumulate_f32)(w, kBlockTokens, tile.rows, vb, n, dim_, acc,
+                                                                       tile.acc_width);
             } else {
-              k.accumulate_f16(w, kBlockTokens, tile.rows, vb, n, dim_, tile.acc.data() + acc_orig_, tile.acc_width);
+              (prefill_ ? k.prefill_accumulate_f16 : k.accumulate_f16)(w, kBlockTokens, tile.rows, vb, n, dim_, acc,
+                                                                       tile.acc_width);
             }
           });
       t += n;
@@ -263,6 +277,10 @@ class TurboQuantSource : public BlockSource {
   void compressed_range(int head, size_t begin, size_t end, Tile& tile) const {
     if (int8_) {
       compressed_range_int8(head, begin, end, tile);
+      return;
+    }
+    if (prefill_) {
+      compressed_range_prefill(head, begin, end, tile);
       return;
     }
     const KernelTable& k = *tile.kernels;
@@ -311,6 +329,50 @@ class TurboQuantSource : public BlockSource {
           k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],
                              tile.acc.data() + acc_offset_[g], tile.acc_width);
         }
+      };
+      tile.step(n, first, dots, accumulate);
+    });
+  }
+
+  // The compressed tokens [begin, end) of a prefill tile: each block decoded once to centroid
+  // rows (key groups side by side as in the query rows, q_orig_ floats; value groups as in the
+  // accumulators, acc_orig_ floats), then the blocked prefill kernels.
+  void compressed_range_prefill(int head, size_t begin, size_t end, Tile& tile) const {
+    const KernelTable& k = *tile.kernels;
+    const size_t kcs = key_layout_.code_size;
+    const size_t vcs = value_layout_.code_size;
+    const int key_width = static_cast<int>(q_orig_), value_width = static_cast<int>(acc_orig_);
+    std::vector<float> decoded(static_cast<size_t>(kBlockTokens) * std::max(q_orig_, acc_orig_));
+    float key_norm[kBlockTokens], value_norm[kBlockTokens];
+    const float* key_center = cache_.key_center(head);
+    const float* value_center = cache_.value_center(head);
+    float q_dot_center[kPrefillRows] = {};
+    queries_dot_center(tile, key_center, q_dot_center);
+    for_each_block(head, begin, end, [&](const uint8_t* kr, const uint8_t* vr, size_t n, size_t first) {
+      const auto dots = [&](float* s) {
+        prefetch_bytes(vr, n * vcs);  // this block's values, read after the scores
+        for (int g = 0; g < n_key_groups_; ++g) {
+          k.group_decode(kr, kcs, n, key_groups_[g], decoded.data() + q_offset_[g], q_orig_);
+        }
+        k.prefill_dots_f32(tile.q, tile.q_width, tile.rows, decoded.data(), n, key_width, s, kBlockTokens);
+        k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
+        for (int r = 0; r < tile.rows; ++r) {
+          const float shift = q_dot_center[r];
+          for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
+        }
+      };
+      const auto accumulate = [&](const float* p) {
+        k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
+        float* w = tile.weights;
+        for (int r = 0; r < tile.rows; ++r) {
+          for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
+        }
+        add_value_center(tile, p, n, value_center);
+        for (int g = 0; g < n_value_groups_; ++g) {
+          k.group_decode(vr, vcs, n, value_groups_[g], decoded.data() + acc_offset_[g], acc_orig_);
+        }
+        k.prefill_accumulate_f32(w, kBlockTokens, tile.rows, decoded.data(), n, value_width, tile.acc.data(),
+                                 tile.acc_width);
       };
       tile.step(n, first, dots, accumulate);
     });
@@ -480,6 +542,7 @@ class TurboQuantSource : public BlockSource {
   int dim_;
   const uint8_t* chunk_order4_;
   bool int8_;
+  bool prefill_;
   std::vector<uint16_t> key_int8_order_[2], value_int8_order_[2];
   int8_t key_table8_[2][16] = {}, value_table8_[2][16] = {};
   int16_t key_table16_[2][256] = {}, value_table16_[2][256] = {};
@@ -506,7 +569,13 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   const AttentionArithmetic arithmetic = request.options.arithmetic;
   const bool want_int8 = arithmetic == AttentionArithmetic::int8 ||
                          (arithmetic == AttentionArithmetic::cache_default && cache.options().int8_attention);
-  const TurboQuantSource source(cache, kernels, want_int8 && int8_layout_supported(cache, kernels));
+  // A prompt chunk of an mse-key cache in float arithmetic attends in prefill tiles (see the top
+  // of this file); one query (a decode step), QJL keys and int8 arithmetic keep the tiles of
+  // kMaxRows: at 7.3K tokens the int8 kernels' chunk was measured as fast as or faster than
+  // the float prefill tiles (docs/history/benchmarks-notebook.md, issue 29).
+  const bool int8 = want_int8 && int8_layout_supported(cache, kernels);
+  const bool prefill = !int8 && prefill_tile_rows(request.n_queries) == kPrefillRows && cache.key_prod() == nullptr;
+  const TurboQuantSource source(cache, kernels, int8, prefill);
 
   std::vector<float> original(n_rows * dim);
   gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original.data(), dim, 0);
@@ -524,6 +593,7 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   problem.options = request.options;
   problem.scale = effective_scale(request.options, dim);
   problem.kernels = &kernels;
+  problem.tile_rows = prefill ? kPrefillRows : kMaxRows;
   const std::vector<float> result = run_attention(problem, source);
 
   source.finish_rows(result.data(), n_rows, original.data());

@@ -16,6 +16,7 @@
 
 #include "attention/attention_kernels.hpp"
 #include "kernels/attention_int8_kernels.hpp"
+#include "kernels/attention_prefill_kernels.hpp"
 #include "turbokv/codec.hpp"
 #include "turbokv/cpu_features.hpp"
 
@@ -668,6 +669,36 @@ void group_accumulate(const float* w, size_t ld, int rows, const uint8_t* record
   }
 }
 
+// Decodes whole records, chunk by chunk, in the per-chunk decode's order (kChunkOrder4 for 4-bit
+// codes, which is chunk_order4): the layout the prepared query rows and accumulators use.
+template <int B>
+void group_decode_bits(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, float* out,
+                       size_t ld) {
+  const Codebook<B> book(g.table);
+  const int chunks = g.chunks();
+  const size_t available = code_size - g.offset;
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* rec = records + t * code_size + g.offset;
+    for (int c = 0; c < chunks; ++c) {
+      _mm256_storeu_ps(out + t * ld + 8 * c, decode_chunk<B>(book, rec, c, g.safe_chunks, available));
+    }
+  }
+}
+
+void group_decode(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, float* out,
+                  size_t ld) {
+  switch (g.bits) {
+    case 1: group_decode_bits<1>(records, code_size, n, g, out, ld); break;
+    case 2: group_decode_bits<2>(records, code_size, n, g, out, ld); break;
+    case 3: group_decode_bits<3>(records, code_size, n, g, out, ld); break;
+    case 4: group_decode_bits<4>(records, code_size, n, g, out, ld); break;
+    case 5: group_decode_bits<5>(records, code_size, n, g, out, ld); break;
+    case 6: group_decode_bits<6>(records, code_size, n, g, out, ld); break;
+    case 7: group_decode_bits<7>(records, code_size, n, g, out, ld); break;
+    default: group_decode_bits<8>(records, code_size, n, g, out, ld); break;
+  }
+}
+
 // ---- 8-bit codes on VBMI CPUs -------------------------------------------------------------------
 //
 // The VNNI table's group kernels: 8-bit groups of >= 64 coordinates are decoded to float rows in
@@ -834,7 +865,30 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
   }
 }
 
-// The integer kernels come from attention_int8_avx2.cpp / attention_int8_vnni.cpp.
+// The VNNI table's prefill kernels: the blocked AVX-512 ones where they take the head dim.
+void prefill_dots_f16(const float* q, size_t qs, int rows, const uint16_t* keys, size_t n, int dim,
+                      float* scores, size_t ld) {
+  if (prefill_avx512_dim(dim)) prefill_kernels_avx512().dots_f16(q, qs, rows, keys, n, dim, scores, ld);
+  else dots_f16(q, qs, rows, keys, n, dim, scores, ld);
+}
+void prefill_dots_f32(const float* q, size_t qs, int rows, const float* keys, size_t n, int dim,
+                      float* scores, size_t ld) {
+  if (prefill_avx512_dim(dim)) prefill_kernels_avx512().dots_f32(q, qs, rows, keys, n, dim, scores, ld);
+  else dots_f32(q, qs, rows, keys, n, dim, scores, ld);
+}
+void prefill_accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n,
+                            int dim, float* acc, size_t as) {
+  if (prefill_avx512_dim(dim)) prefill_kernels_avx512().accumulate_f16(w, ld, rows, values, n, dim, acc, as);
+  else accumulate_f16(w, ld, rows, values, n, dim, acc, as);
+}
+void prefill_accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
+                            float* acc, size_t as) {
+  if (prefill_avx512_dim(dim)) prefill_kernels_avx512().accumulate_f32(w, ld, rows, values, n, dim, acc, as);
+  else accumulate_f32(w, ld, rows, values, n, dim, acc, as);
+}
+
+// The integer kernels come from attention_int8_avx2.cpp / attention_int8_vnni.cpp; vbmi: the
+// VNNI table (AVX-512 BW/VBMI CPUs), which also takes the blocked AVX-512 prefill kernels.
 KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
   // int8.order: the VNNI build decodes 3-bit codes in another order than the AVX2 one.
   return KernelTable{name,           dots_f16,           dots_f32,
@@ -843,7 +897,10 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
                      kChunkOrder4,   int8.dots,          int8.accumulate,
                      int8.weights,   int8.order,         int8.dots16,
                      int8.accumulate16, int8.weights16,  int8.order16,
-                     int8.weight_levels, int8.widths};
+                     int8.weight_levels, int8.widths,
+                     vbmi ? prefill_dots_f16 : dots_f16, vbmi ? prefill_dots_f32 : dots_f32,
+                     vbmi ? prefill_accumulate_f16 : accumulate_f16,
+                     vbmi ? prefill_accumulate_f32 : accumulate_f32, group_decode};
 }
 
 }  // namespace

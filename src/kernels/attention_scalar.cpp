@@ -73,6 +73,62 @@ void accumulate_f32(const float* w, size_t ld, int rows, const float* values, si
   accumulate_dense(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
 }
 
+// The prefill reference: one fused multiply-add chain per score (over j) and per accumulator
+// lane (over t), the operations the blocked SIMD kernels perform in their lanes.
+template <typename Key, typename Convert>
+void prefill_dots(const float* q, size_t q_stride, int rows, const Key* keys, size_t n, int dim,
+                  float* scores, size_t ld, Convert convert) {
+  for (size_t t = 0; t < n; ++t) {
+    const Key* k = keys + t * dim;
+    for (int r = 0; r < rows; ++r) {
+      const float* qr = q + r * q_stride;
+      float dot = 0.0f;
+      for (int j = 0; j < dim; ++j) dot = std::fma(qr[j], convert(k[j]), dot);
+      scores[r * ld + t] = dot;
+    }
+  }
+}
+
+template <typename Value, typename Convert>
+void prefill_accumulate(const float* w, size_t ld, int rows, const Value* values, size_t n, int dim,
+                        float* acc, size_t acc_stride, Convert convert) {
+  for (size_t t = 0; t < n; ++t) {
+    const Value* v = values + t * dim;
+    for (int r = 0; r < rows; ++r) {
+      const float wt = w[r * ld + t];
+      float* a = acc + r * acc_stride;
+      for (int j = 0; j < dim; ++j) a[j] = std::fma(wt, convert(v[j]), a[j]);
+    }
+  }
+}
+
+void prefill_dots_f16(const float* q, size_t q_stride, int rows, const uint16_t* keys, size_t n, int dim,
+                      float* scores, size_t ld) {
+  prefill_dots(q, q_stride, rows, keys, n, dim, scores, ld, convert_half);
+}
+void prefill_dots_f32(const float* q, size_t q_stride, int rows, const float* keys, size_t n, int dim,
+                      float* scores, size_t ld) {
+  prefill_dots(q, q_stride, rows, keys, n, dim, scores, ld, convert_float);
+}
+void prefill_accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n, int dim,
+                            float* acc, size_t acc_stride) {
+  prefill_accumulate(w, ld, rows, values, n, dim, acc, acc_stride, convert_half);
+}
+void prefill_accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
+                            float* acc, size_t acc_stride) {
+  prefill_accumulate(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
+}
+
+void group_decode(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group, float* out,
+                  size_t ld) {
+  for (size_t t = 0; t < n; ++t) {
+    const uint8_t* codes = records + t * code_size + group.offset;
+    for (int j = 0; j < group.padded_dims(); ++j) {
+      out[t * ld + j] = j < group.dims ? group.table[read_code(codes, j, group.bits)] : 0.0f;
+    }
+  }
+}
+
 void group_dots(const float* q, size_t q_stride, int rows, const uint8_t* records,
                 size_t code_size, size_t n, const CodeGroup& group, float* scores, size_t ld,
                 bool add) {
@@ -255,7 +311,10 @@ const KernelTable& scalar_kernel_table() {
                                  nullptr,          int8_dots,      int8_accumulate,
                                  int8_weights,     nullptr,        int16_dots,
                                  int16_accumulate, int16_weights,  nullptr,
-                                 127,              0x1cu};
+                                 127,              0x1cu,
+                                 prefill_dots_f16, prefill_dots_f32,
+                                 prefill_accumulate_f16, prefill_accumulate_f32,
+                                 group_decode};
   return table;
 }
 

@@ -118,6 +118,61 @@ TEST(AttentionDense, PrefillChunkEqualsTokenByTokenDecode) {
   EXPECT_LT(rel_l2(prefilled, decoded), 1e-6);
 }
 
+// Prompt chunks run in prefill tiles (kPrefillRows rows, the tables' prefill_* kernels): GQA
+// groups 1/4/8, head dims 64/128/256 and odd ones, chunks appended after an existing cache (the
+// causal offset), odd token and query counts, a chunk of more rows than one tile, both dtypes.
+TEST(AttentionDense, PrefillTilesMatchReference) {
+  std::mt19937 rng(29);
+  for (DenseDtype dtype : {DenseDtype::f16, DenseDtype::f32}) {
+    for (int dim : {64, 128, 256, 13, 100}) {
+      for (int ratio : {1, 4, 8}) {
+        for (int n_queries : {2, 7, 41}) {
+          for (size_t prefix : {size_t{0}, size_t{131}}) {
+            AttentionOptions options;
+            options.threads = 2;
+            check_case({dtype, dim, 2 * ratio, 2, prefix + n_queries, 64, n_queries, options}, rng);
+          }
+        }
+      }
+    }
+  }
+}
+
+// A prompt row's result does not depend on the chunk it is computed in (each row's scores and
+// accumulators are its own chains of operations, and without split-K nothing is merged): the
+// last rows of a 64-query chunk equal the same rows computed as a 32-query chunk, bit for bit.
+// This is what keeps `generate` (chunks of 64) and the server (chunks of a page) identical.
+TEST(AttentionDense, PrefillRowsDoNotDependOnTheChunk) {
+  std::mt19937 rng(30);
+  const int kv_heads = 8, q_heads = 32, dim = 64;
+  DenseKVCache cache(kv_heads, dim, DenseDtype::f16, 32);
+  fill(cache, 300, rng);
+  for (const auto* table : tables()) {
+    TableGuard guard(table);
+    for (int threads : {1, 2}) {
+      AttentionOptions options;
+      options.threads = threads;
+      const int big = 64, small = 32;
+      const auto q = random_normal(static_cast<size_t>(q_heads) * big * dim, rng);
+      std::vector<float> out_big(q.size());
+      turbokv::attend(q, q_heads, big, cache, out_big, options);
+      std::vector<float> q_small(static_cast<size_t>(q_heads) * small * dim), out_small(q_small.size());
+      for (int h = 0; h < q_heads; ++h) {
+        std::copy_n(q.begin() + (static_cast<size_t>(h) * big + (big - small)) * dim, small * dim,
+                    q_small.begin() + static_cast<size_t>(h) * small * dim);
+      }
+      turbokv::attend(q_small, q_heads, small, cache, out_small, options);
+      for (int h = 0; h < q_heads; ++h) {
+        for (int i = 0; i < small * dim; ++i) {
+          ASSERT_EQ(out_small[static_cast<size_t>(h) * small * dim + i],
+                    out_big[(static_cast<size_t>(h) * big + (big - small)) * dim + i])
+              << table->name << " threads " << threads << " head " << h;
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionDense, RejectsBadRequests) {
   DenseKVCache cache(2, 8);
   std::vector<float> q(4 * 8), out(4 * 8);

@@ -145,6 +145,117 @@ TEST(AttentionKernels, DenseMatchScalar) {
   }
 }
 
+// The prefill kernels (tiles of up to kPrefillRows rows): the scalar table's fused multiply-add
+// chains are the reference; a table with blocked kernels (its prefill_* differ from its dots_*)
+// must give exactly their bits at the head dims the blocked kernels take, and every table must
+// stay within rounding of them elsewhere. Row counts cover the register blocks (12 score rows,
+// 6 accumulator rows) and their tails; token counts the 16- and 32-token slab tails; strides are
+// wider than the rows, and accumulators start nonzero.
+TEST(AttentionKernels, PrefillKernelsMatchScalar) {
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::vector<const KernelTable*> tables = simd_tables();
+  std::mt19937 rng(12);
+  for (int dim : {16, 48, 64, 80, 128, 256, 13, 100, 272}) {
+    const size_t qs = dim + 5, as = dim + 3;
+    for (size_t n : {size_t{1}, size_t{7}, size_t{16}, size_t{17}, size_t{33}, size_t{kBlockTokens}}) {
+      const auto kf = random_normal(n * dim, rng);
+      std::vector<uint16_t> kh(kf.size());
+      for (size_t i = 0; i < kf.size(); ++i) kh[i] = turbokv::float_to_half(kf[i]);
+      for (int rows : {1, 5, 6, 7, 12, 13, 25, turbokv::attn::kPrefillRows}) {
+        const auto q = random_normal(rows * qs, rng);
+        const auto w = random_normal(rows * kBlockTokens, rng);
+        const auto acc0 = random_normal(rows * as, rng);
+        std::vector<float> s16(rows * kBlockTokens, 7.0f), s32(rows * kBlockTokens, 7.0f);
+        std::vector<float> a16 = acc0, a32 = acc0;
+        scalar.prefill_dots_f16(q.data(), qs, rows, kh.data(), n, dim, s16.data(), kBlockTokens);
+        scalar.prefill_dots_f32(q.data(), qs, rows, kf.data(), n, dim, s32.data(), kBlockTokens);
+        scalar.prefill_accumulate_f16(w.data(), kBlockTokens, rows, kh.data(), n, dim, a16.data(), as);
+        scalar.prefill_accumulate_f32(w.data(), kBlockTokens, rows, kf.data(), n, dim, a32.data(), as);
+        // The reference itself computes the products: against the plain scalar kernels.
+        std::vector<float> plain(rows * kBlockTokens, 7.0f), plain_acc = acc0;
+        scalar.dots_f32(q.data(), qs, rows, kf.data(), n, dim, plain.data(), kBlockTokens);
+        scalar.accumulate_f32(w.data(), kBlockTokens, rows, kf.data(), n, dim, plain_acc.data(), as);
+        const std::string shape = " dim " + std::to_string(dim) + " n " + std::to_string(n) + " rows " + std::to_string(rows);
+        expect_close(s32, plain, 1e-5, "scalar prefill dots" + shape);
+        expect_close(a32, plain_acc, 1e-5, "scalar prefill accumulate" + shape);
+        for (const KernelTable* k : tables) {
+          std::vector<float> g16(rows * kBlockTokens, 7.0f), g32(rows * kBlockTokens, 7.0f);
+          std::vector<float> b16 = acc0, b32 = acc0;
+          k->prefill_dots_f16(q.data(), qs, rows, kh.data(), n, dim, g16.data(), kBlockTokens);
+          k->prefill_dots_f32(q.data(), qs, rows, kf.data(), n, dim, g32.data(), kBlockTokens);
+          k->prefill_accumulate_f16(w.data(), kBlockTokens, rows, kh.data(), n, dim, b16.data(), as);
+          k->prefill_accumulate_f32(w.data(), kBlockTokens, rows, kf.data(), n, dim, b32.data(), as);
+          const std::string what = std::string(k->name) + shape;
+          const bool blocked = k->prefill_dots_f16 != k->dots_f16 && dim % 16 == 0 && dim <= 256;
+          // Scores past n are not the kernels' to write.
+          for (int r = 0; r < rows; ++r) {
+            for (size_t t = n; t < static_cast<size_t>(kBlockTokens); ++t) {
+              ASSERT_EQ(g16[r * kBlockTokens + t], 7.0f) << what << " wrote past n";
+              ASSERT_EQ(g32[r * kBlockTokens + t], 7.0f) << what << " wrote past n";
+            }
+          }
+          if (blocked) {
+            ASSERT_EQ(0, std::memcmp(g16.data(), s16.data(), g16.size() * sizeof(float))) << what << " dots f16";
+            ASSERT_EQ(0, std::memcmp(g32.data(), s32.data(), g32.size() * sizeof(float))) << what << " dots f32";
+            ASSERT_EQ(0, std::memcmp(b16.data(), a16.data(), b16.size() * sizeof(float))) << what << " accumulate f16";
+            ASSERT_EQ(0, std::memcmp(b32.data(), a32.data(), b32.size() * sizeof(float))) << what << " accumulate f32";
+          } else {
+            expect_close(g16, s16, 1e-4, what + " dots f16");
+            expect_close(g32, s32, 1e-4, what + " dots f32");
+            expect_close(b16, a16, 1e-4, what + " accumulate f16");
+            expect_close(b32, a32, 1e-4, what + " accumulate f32");
+          }
+        }
+      }
+    }
+  }
+}
+
+// group_decode: every width 1-8, odd group sizes, groups at odd offsets in tight records; each
+// table's layout is coordinate order except chunk_order4 for 4-bit groups.
+TEST(AttentionKernels, GroupDecodeMatchesScalar) {
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(13);
+  for (int bits = 1; bits <= 8; ++bits) {
+    const auto table = random_normal(1u << bits, rng);
+    for (int dims : {5, 13, 32, 64, 67, 128}) {
+      for (size_t offset : {size_t{0}, size_t{3}}) {
+        CodeGroup g;
+        g.bits = bits;
+        g.dims = dims;
+        g.offset = offset;
+        g.table = table.data();
+        const size_t code_size = offset + (static_cast<size_t>(dims) * bits + 7) / 8;
+        turbokv::attn::finish_code_group(g, code_size);
+        const size_t n = 37, ld = g.padded_dims() + 8;
+        std::vector<uint8_t> records(n * code_size);
+        for (auto& b : records) b = static_cast<uint8_t>(rng());
+        std::vector<float> want(n * ld, 9.0f);
+        scalar.group_decode(records.data(), code_size, n, g, want.data(), ld);
+        for (size_t t = 0; t < n; ++t) {
+          for (int j = dims; j < g.padded_dims(); ++j) ASSERT_EQ(want[t * ld + j], 0.0f);
+        }
+        std::vector<const KernelTable*> all = simd_tables();
+        for (const KernelTable* k : all) {
+          std::vector<float> got(n * ld, 9.0f);
+          k->group_decode(records.data(), code_size, n, g, got.data(), ld);
+          const uint8_t* order = bits == 4 ? k->chunk_order4 : nullptr;
+          for (size_t t = 0; t < n; ++t) {
+            for (int p = 0; p < g.padded_dims(); ++p) {
+              const int j = order != nullptr ? p / 8 * 8 + order[p % 8] : p;
+              ASSERT_TRUE(std::isfinite(got[t * ld + p])) << k->name << " bits " << bits << " dims " << dims;
+              if (j < dims) {
+                ASSERT_EQ(got[t * ld + p], want[t * ld + j]) << k->name << " bits " << bits << " dims " << dims << " t " << t;
+              }
+            }
+            for (size_t p = g.padded_dims(); p < ld; ++p) ASSERT_EQ(got[t * ld + p], 9.0f) << k->name << " wrote past the group";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionKernels, SoftmaxUpdateMatchesScalar) {
   const auto tables = simd_tables();
   if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";

@@ -217,6 +217,36 @@ TEST(AttentionTurboQuant, PrefillChunkEqualsTokenByTokenDecode) {
   EXPECT_LT(rel_l2(prefilled, decoded), 1e-6);
 }
 
+// Prompt chunks (several queries, mse keys) attend in prefill tiles: blocks decoded once by
+// group_decode, then the blocked float kernels. Every width (whole and half), head dims
+// 64/128/256, GQA groups 1/4/8, odd query counts, chunks after an existing cache (the causal
+// offset reaching into the compressed region), sinks, window and centering. (Int8 arithmetic
+// keeps its own kernels and tiles for prompts: test_attention_int8.cpp.)
+TEST(AttentionTurboQuant, PrefillTilesEveryWidthShapeAndOffset) {
+  std::mt19937 rng(29);
+  for (double bits : {2.0, 3.0, 4.0, 3.5, 2.5}) {
+    for (int dim : {64, 128, 256}) {
+      for (int ratio : {1, 4, 8}) {
+        for (int n_queries : {2, 9, 41}) {
+          Case c;
+          c.head_dim = dim;
+          c.kv_heads = 2;
+          c.q_heads = 2 * ratio;
+          c.cache.key_bits = c.cache.value_bits = bits;
+          c.n_queries = n_queries;
+          c.tokens = n_queries == 9 ? 9 : 101 + n_queries;  // alone, or after a prefix
+          c.cache.sinks = ratio == 4 ? 3 : 0;
+          c.cache.window = ratio == 8 ? 16 : 0;
+          c.cache.center = dim == 128 && ratio == 4;  // centering takes its mean from the sinks
+          c.cache.page_tokens = 48;
+          c.options.threads = 2;
+          check_case(c, rng);
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionTurboQuant, EmptyCacheIsAnError) {
   TurboQuantKVCache cache(2, 64, {});
   std::vector<float> q(4 * 64), out(4 * 64);
