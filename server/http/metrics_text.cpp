@@ -62,9 +62,9 @@ std::vector<Row> scheduler_rows(const SchedulerMetrics& m) {
     {"turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total)},
     {"turbokv_step_seconds_total", "counter", "Seconds spent in forward steps",
       static_cast<double>(m.step_seconds_total)},
-    {"turbokv_step_base_seconds", "gauge", "Fitted fixed cost of a step (reading the weights)", m.step_base_seconds},
-    {"turbokv_step_decode_row_seconds", "gauge", "Fitted cost of a decode row in a step", m.step_decode_row_seconds},
-    {"turbokv_step_prompt_row_seconds", "gauge", "Fitted cost of a prompt row in a step", m.step_prompt_row_seconds},
+    {"turbokv_step_base_seconds", "gauge", "Fitted fixed cost of a step that carries prompt rows", m.step_base_seconds},
+    {"turbokv_step_decode_row_seconds", "gauge", "Fitted cost of a row in a decode-only step", m.step_decode_row_seconds},
+    {"turbokv_step_prompt_row_seconds", "gauge", "Fitted cost of a row in a step that carries prompt rows", m.step_prompt_row_seconds},
     {"turbokv_step_prompt_budget_rows", "gauge", "Prompt rows the last step could carry (--max-step-ms)",
       static_cast<double>(m.step_prompt_budget_rows)},
   };

@@ -6,60 +6,67 @@
 namespace turbokv::server {
 
 namespace {
+constexpr double kForget = 0.95;
 // Prior variance of each coefficient: large, so the first steps set the fit (the least-norm one
-// while a single kind of step has been seen: it charges the rows rather than the base, which
-// errs towards smaller prompt budgets).
+// while a single size of step has been seen: it charges the rows rather than the fixed cost,
+// which errs towards smaller prompt budgets).
 constexpr double kPriorVariance = 1e4;
-// Forgetting inflates the variance of directions no step excites (a server that only decodes
-// says nothing new about prompt rows); the cap keeps one odd step from moving the fit by much.
-constexpr double kMaxTrace = 3e4;
+// Forgetting inflates the variance of directions no step excites (a run of steps of one size
+// says nothing new about the split between fixed cost and rows); the cap keeps one odd step
+// from moving the fit by much.
+constexpr double kMaxTrace = 2e4;
 }  // namespace
 
-void StepCost::observe(size_t decode_rows, size_t prompt_rows, double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0 || decode_rows + prompt_rows == 0) return;
-  if (observations_ == 0) {
-    for (size_t i = 0; i < 3; ++i) cov_[i][i] = kPriorVariance;
+void LineFit::observe(double x, double seconds) {
+  if (observations_ == 0) cov_ = {{{kPriorVariance, 0}, {0, kPriorVariance}}};
+  const std::array<double, 2> v = {1.0, x};
+  const std::array<double, 2> cv = {cov_[0][0] * v[0] + cov_[0][1] * v[1], cov_[1][0] * v[0] + cov_[1][1] * v[1]};
+  const double denom = kForget + v[0] * cv[0] + v[1] * cv[1];
+  const double error = seconds - predict(x);
+  for (size_t i = 0; i < 2; ++i) theta_[i] += cv[i] / denom * error;
+  for (size_t i = 0; i < 2; ++i) {
+    for (size_t j = 0; j < 2; ++j) cov_[i][j] = (cov_[i][j] - cv[i] * cv[j] / denom) / kForget;
   }
-  const std::array<double, 3> x = {1.0, static_cast<double>(decode_rows), static_cast<double>(prompt_rows)};
-  std::array<double, 3> cx{};  // cov * x
-  for (size_t i = 0; i < 3; ++i) {
-    for (size_t j = 0; j < 3; ++j) cx[i] += cov_[i][j] * x[j];
-  }
-  double denom = kForget;
-  for (size_t i = 0; i < 3; ++i) denom += x[i] * cx[i];
-  const double error = seconds - (theta_[0] * x[0] + theta_[1] * x[1] + theta_[2] * x[2]);
-  for (size_t i = 0; i < 3; ++i) theta_[i] += cx[i] / denom * error;
-  double trace = 0;
-  for (size_t i = 0; i < 3; ++i) {
-    for (size_t j = 0; j < 3; ++j) cov_[i][j] = (cov_[i][j] - cx[i] * cx[j] / denom) / kForget;
-    trace += cov_[i][i];
-  }
+  const double trace = cov_[0][0] + cov_[1][1];
   if (trace > kMaxTrace) {
     for (auto& row : cov_) {
-      for (double& v : row) v *= kMaxTrace / trace;
+      for (double& c : row) c *= kMaxTrace / trace;
     }
   }
   ++observations_;
-  saw_prompt_rows_ = saw_prompt_rows_ || prompt_rows > 0;
+}
+
+void StepCost::observe(size_t decode_rows, size_t prompt_rows, double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || decode_rows + prompt_rows == 0) return;
+  if (prompt_rows > 0) {
+    mixed_.observe(static_cast<double>(decode_rows + prompt_rows), seconds);
+  } else {
+    decode_.observe(static_cast<double>(decode_rows), seconds);
+  }
 }
 
 double StepCost::predict(size_t decode_rows, size_t prompt_rows) const {
-  const double t = theta_[0] + theta_[1] * static_cast<double>(decode_rows) + theta_[2] * static_cast<double>(prompt_rows);
-  return std::max(0.0, t);
+  if (prompt_rows == 0 && decode_.observations() > 0) return std::max(0.0, decode_.predict(static_cast<double>(decode_rows)));
+  if (mixed_.observations() == 0) return 0.0;
+  return std::max(0.0, mixed_.predict(static_cast<double>(decode_rows + prompt_rows)));
 }
 
 double StepCost::decode_seconds(size_t decode_rows) const {
-  // A decode row does all a prompt row does (and projects onto the vocabulary): it costs no
-  // less, whatever a fit that has seen few decode rows says; nor is the fixed cost negative.
-  return std::max(0.0, theta_[0]) + static_cast<double>(decode_rows) * std::max(theta_[1], theta_[2]);
+  const double rows = static_cast<double>(decode_rows);
+  if (decode_.observations() > 0) return std::max(0.0, decode_.predict(rows));
+  // No decode-only step yet (streams have always had prompt chunks beside them): the rows'
+  // share of a step with prompt rows, without that step's fixed cost, which is the prompt
+  // chunk's (counting it made the scheduler's "twice the decode rows' time" target twice a
+  // prompt step, and let two chunks in beside two streams; StepCost.AReplayedRun...).
+  return std::max(0.0, mixed_.slope()) * rows;
 }
 
 size_t StepCost::prompt_rows_within(double target_seconds, size_t decode_rows) const {
-  if (!saw_prompt_rows_ || theta_[2] <= 0) return 0;
-  const double left = target_seconds - decode_seconds(decode_rows);
-  if (left <= 0) return 0;
-  const double rows = std::floor(left / theta_[2]);
-  return rows >= 1e9 ? static_cast<size_t>(1e9) : static_cast<size_t>(rows);
+  if (mixed_.observations() == 0 || mixed_.slope() <= 0) return 0;
+  const double rows = std::floor((target_seconds - std::max(0.0, mixed_.intercept())) / mixed_.slope());
+  if (!(rows > static_cast<double>(decode_rows))) return 0;
+  const double prompt = rows - static_cast<double>(decode_rows);
+  return prompt >= 1e9 ? static_cast<size_t>(1e9) : static_cast<size_t>(prompt);
 }
 
 }  // namespace turbokv::server
