@@ -12,7 +12,10 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 #include "engine/eval/evaluate.hpp"
 #include "engine/tokenizer/bpe_tokenizer.hpp"
@@ -34,10 +37,20 @@ namespace {
 
 const std::string kModels = TURBOKV_MODELS_DIR;
 
+// This process's own folder, removed when it exits: ctest runs each test as its own process, two
+// at a time, and a folder shared by all of them was removed by one test while another read its
+// file from it (CI: "cannot open model '/tmp/turbokv_test_generate_gguf/gemma3.gguf'").
 fs::path temp_dir() {
-  const auto dir = fs::temp_directory_path() / "turbokv_test_generate_gguf";
-  fs::create_directories(dir);
-  return dir;
+  struct Folder {
+    fs::path path = fs::temp_directory_path() / ("turbokv_test_generate_gguf-" + std::to_string(::getpid()));
+    ~Folder() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const Folder folder;
+  fs::create_directories(folder.path);
+  return folder.path;
 }
 
 turbokv::PromptCache make_cache(const ModelConfig& c, const std::string& spec) {
@@ -543,7 +556,6 @@ TEST(GenerateGguf, MissingTensorOrBadMetadataIsNamed) {
   } catch (const turbokv::Error& e) {
     EXPECT_NE(std::string(e.what()).find("feed_forward_length"), std::string::npos) << e.what();
   }
-  fs::remove_all(temp_dir());
 }
 
 // Not a test: writes the random-weight Llama-3.2-1B-shaped Q8_0 GGUF the benchmarks in
