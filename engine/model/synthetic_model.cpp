@@ -105,6 +105,22 @@ void fill_row(GgmlType type, int64_t cols, float stddev, uint64_t seed, uint8_t*
   }
 }
 
+// What every Qwen 3 model shares (the dense and the mixture-of-experts shapes): vocabulary,
+// context, norms, RoPE, QK norm, special tokens.
+ModelConfig qwen3_family_config() {
+  ModelConfig c;
+  c.head_dim = 128;
+  c.vocab_size = 151936;
+  c.seq_len = 40960;
+  c.norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0f;
+  c.rope_neox = true;
+  c.qk_norm = true;
+  c.bos_id = 151643;
+  c.eos_id = 151645;
+  return c;
+}
+
 // Gemma 3 1B / 4B as their GGUFs read (config.json of google/gemma-3-1b-it and -4b-it).
 ModelConfig gemma3_config(bool small) {
   ModelConfig c;
@@ -168,25 +184,18 @@ ModelConfig synthetic_model_config(const std::string& name) {
     c.bos_id = 128000;
     c.eos_id = 128001;
   } else if (name == "qwen3-0.6b") {
+    c = qwen3_family_config();
     c.arch = "qwen3";
     c.dim = 1024;
     c.hidden_dim = 3072;
     c.n_layers = 28;
     c.n_heads = 16;
     c.n_kv_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 151936;
-    c.seq_len = 40960;
-    c.norm_eps = 1e-6f;
-    c.rope_theta = 1000000.0f;
-    c.rope_neox = true;
-    c.qk_norm = true;
     c.tied_embeddings = true;
-    c.bos_id = 151643;
-    c.eos_id = 151645;
   } else if (name == "qwen3-30b-a3b-16e") {
     // Qwen3-30B-A3B with 16 of its 128 experts (8 still used per token): the real per-token work,
     // a fraction of the 30B weights.
+    c = qwen3_family_config();
     c.arch = "qwen3moe";
     c.dim = 2048;
     c.hidden_dim = 768;
@@ -195,16 +204,7 @@ ModelConfig synthetic_model_config(const std::string& name) {
     c.n_layers = 48;
     c.n_heads = 32;
     c.n_kv_heads = 4;
-    c.head_dim = 128;
-    c.vocab_size = 151936;
-    c.seq_len = 40960;
-    c.norm_eps = 1e-6f;
-    c.rope_theta = 1000000.0f;
-    c.rope_neox = true;
-    c.qk_norm = true;
     c.tied_embeddings = false;
-    c.bos_id = 151643;
-    c.eos_id = 151645;
   } else if (name == "gemma3-1b" || name == "gemma3-4b") {
     c = gemma3_config(name == "gemma3-1b");
   } else {
