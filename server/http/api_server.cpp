@@ -13,7 +13,7 @@
 
 #include "server/http/metrics_text.hpp"
 #include "server/http/openai_request.hpp"
-#include "server/text/reasoning.hpp"
+#include "server/http/chat_reply.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
@@ -266,9 +266,7 @@ struct AnswerSpec {
   bool logprobs = false;
   bool echo = false;           // completions: the prompt's text (and with logprobs its tokens') first
   bool include_usage = false;  // streams
-  // chat with a reasoning model: replies split into reasoning_content and content
-  bool split_reasoning = false;
-  bool prompt_opens_reasoning = false;  // the prompt ends inside <think>
+  ChatReplyOptions reply;  // chat: how replies split into reasoning, content and tool calls
 };
 
 // One choice of an answer: its request's events turned into text and log-probabilities.
@@ -277,7 +275,7 @@ struct Choice {
          std::string echo, bool first)
       : handle(std::move(h)), prompt(std::move(prompt_tokens)), echo_text(std::move(echo)), first_of_prompt(first) {
     if (spec.logprobs) logprobs.emplace(*spec.tok, spec.header.chat, spec.echo ? -1 : prompt.back());
-    if (spec.split_reasoning) reasoning.emplace(spec.prompt_opens_reasoning);
+    if (spec.header.chat) reply.emplace(spec.reply);
     text = echo_text;
   }
   std::shared_ptr<RequestHandle> handle;
@@ -286,7 +284,7 @@ struct Choice {
   bool first_of_prompt;       // the prompt's first choice (its tokens count once in usage)
   std::string text;
   std::optional<LogprobWriter> logprobs;
-  std::optional<ReasoningSplitter> reasoning;  // streams of a reasoning model
+  std::optional<ChatReplyStream> reply;  // streamed chats: reasoning and tool calls split off
   bool finished = false;
   StreamEvent last;  // the finished event
 };
@@ -353,12 +351,9 @@ class CompletionAnswer : public PendingAnswer {
       json choice = {{"index", i}, {"logprobs", c.logprobs ? c.logprobs->all() : json()},
                      {"finish_reason", c.last.finish_reason}};
       if (spec_.header.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-        if (spec_.split_reasoning) {
-          ReplyParts parts = split_reasoning(c.text, spec_.prompt_opens_reasoning);
-          choice["message"]["content"] = std::move(parts.content);
-          if (!parts.reasoning.empty()) choice["message"]["reasoning_content"] = std::move(parts.reasoning);
-        }
+        bool called = false;
+        choice["message"] = assistant_message(c.text, spec_.reply, called);
+        choice["finish_reason"] = chat_finish_reason(c.last.finish_reason, called);
       } else {
         choice["text"] = c.text;
       }
@@ -406,17 +401,18 @@ class CompletionStream : public StreamBody {
         if (ev.kind == StreamEvent::Kind::finished) {
           c.finished = true;
           c.last = std::move(ev);
-          if (c.reasoning) {
-            if (json delta = reasoning_delta(c.reasoning->finish()); !delta.empty()) out += chunk(i, delta, nullptr, nullptr);
+          if (c.reply && c.reply->splits()) {
+            if (json delta = c.reply->finish(); !delta.empty()) out += chunk(i, delta, nullptr, nullptr);
           }
-          out += chunk(i, spec_.header.chat ? json::object() : json(""), nullptr, c.last.finish_reason);
+          out += chunk(i, spec_.header.chat ? json::object() : json(""), nullptr,
+                       c.reply ? chat_finish_reason(c.last.finish_reason, c.reply->called()) : c.last.finish_reason);
           break;
         }
         const std::string& text = ev.kind == StreamEvent::Kind::prompt ? c.echo_text : ev.text;
         json logprobs = logprob_part(c, ev);
-        if (c.reasoning) {
-          json delta = reasoning_delta(c.reasoning->feed(text));
-          if (delta.empty() && logprobs.is_null()) continue;  // all held back (a possible tag)
+        if (c.reply && c.reply->splits()) {
+          json delta = c.reply->feed(text);
+          if (delta.empty() && logprobs.is_null()) continue;  // all held back (a possible tag or call)
           out += chunk(i, delta.empty() ? json{{"content", ""}} : std::move(delta), std::move(logprobs), nullptr);
           continue;
         }
@@ -440,14 +436,6 @@ class CompletionStream : public StreamBody {
   }
 
  private:
-  // A stream delta of a reasoning model's parts: reasoning_content and/or content, as present.
-  static json reasoning_delta(const ReplyParts& parts) {
-    json delta = json::object();
-    if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
-    if (!parts.content.empty()) delta["content"] = parts.content;
-    return delta;
-  }
-
   std::string chunk(size_t index, const json& delta_or_text, json logprobs, const json& finish) const {
     json choice = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
     if (spec_.header.chat) {
@@ -485,9 +473,15 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
   };
   std::vector<Prompt> prompts;
   RenderedChat rendered;
+  if (chat && !p.tools.tools.is_null() && b.chat_template.tool_format() == ToolCallFormat::none) {
+    throw unsupported_parameter(
+        fmt::format("'tools' needs a chat template that renders tools in a format this server reads back (Hermes "
+                    "<tool_call> or Llama 3.1 JSON); this model's chat is rendered by {}", b.chat_template.describe()),
+        "tools");
+  }
   if (chat) {
     try {
-      rendered = b.chat_template.render(p.messages, p.chat_template_kwargs);
+      rendered = b.chat_template.render(p.messages, p.chat_template_kwargs, p.tools.tools);
     } catch (const ChatTemplateError& e) {
       throw invalid_request(e.what(), "messages");
     }
@@ -520,8 +514,10 @@ Reply ApiServer::generate(const HttpRequest& req, const Backend& b, bool chat) {
   spec.logprobs = p.generation.logprobs >= 0;
   spec.echo = p.echo;
   spec.include_usage = p.include_usage;
-  spec.split_reasoning = chat && b.chat_template.thinks();
-  spec.prompt_opens_reasoning = spec.split_reasoning && prompt_opens_reasoning(rendered.text);
+  spec.reply.split_reasoning = chat && b.chat_template.thinks();
+  spec.reply.prompt_opens_reasoning = spec.reply.split_reasoning && prompt_opens_reasoning(rendered.text);
+  spec.reply.tool_format = p.tools.tools.is_null() ? ToolCallFormat::none : b.chat_template.tool_format();
+  spec.reply.parallel_tool_calls = p.tools.parallel;
   // Each prompt's n choices are n sequences, sampled with seeds seed, seed + 1, ...; the
   // scheduler computes a prompt once (its other choices wait for its stored prefix).
   std::vector<Choice> choices;

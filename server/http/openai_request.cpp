@@ -9,6 +9,8 @@
 #include <random>
 #include <span>
 
+#include "server/http/openai_tools.hpp"
+
 namespace turbokv::server {
 
 using nlohmann::json;
@@ -30,10 +32,10 @@ constexpr const char* kCommonFields[] = {"model", "max_tokens", "temperature", "
                                          "frequency_penalty", "logit_bias", "logprobs", "user", "ignore_eos"};
 constexpr const char* kCompletionFields[] = {"prompt", "echo", "best_of"};
 constexpr const char* kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format",
-                                       "chat_template_kwargs"};
+                                       "chat_template_kwargs", "tools", "tool_choice", "parallel_tool_calls"};
 // OpenAI fields this server knows it does not implement (a clearer message than "unrecognized").
 constexpr const char* kUnsupportedFields[] = {
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "suffix",
+    "functions", "function_call", "response_format", "suffix",
     "best_of", "audio", "modalities", "prediction", "reasoning_effort", "service_tier", "store", "metadata",
     "web_search_options"};
 
@@ -166,24 +168,46 @@ std::vector<std::string> stop_strings(const json& body) {
   return out;
 }
 
+// One message as the templates read it: role, content, and function calling's fields.
+ChatMessage chat_message(const json& m, size_t i) {
+  const std::string where = fmt::format("messages[{}]", i);
+  if (!m.is_object() || !m.contains("role") || !m.at("role").is_string()) {
+    throw invalid_request(fmt::format("{} must be an object with a string 'role'", where), "messages");
+  }
+  ChatMessage out;
+  out.role = m.at("role").get<std::string>();
+  if (out.role != "system" && out.role != "developer" && out.role != "user" && out.role != "assistant" &&
+      out.role != "tool") {
+    throw invalid_request(fmt::format("{}.role '{}' is not supported (system, developer, user, assistant, tool)",
+                                      where, out.role), "messages");
+  }
+  out.content = message_content(m.contains("content") ? m.at("content") : json(), i);
+  if (present(m, "name")) {
+    if (!m.at("name").is_string()) throw invalid_request(fmt::format("'{}.name' must be a string", where), where + ".name");
+    out.name = m.at("name").get<std::string>();
+  }
+  if (out.role == "assistant" && present(m, "tool_calls")) {
+    out.tool_calls = parse_message_tool_calls(m.at("tool_calls"), where);
+    out.content_null = !present(m, "content");  // a turn that only calls: content is None, as sent
+  } else if (present(m, "tool_calls")) {
+    throw invalid_request(fmt::format("'{}.tool_calls' is only allowed on assistant messages", where), where + ".tool_calls");
+  }
+  if (out.role == "tool") {
+    if (!m.contains("tool_call_id") || !m.at("tool_call_id").is_string()) {
+      throw invalid_request(fmt::format("'{}.tool_call_id' (the call this result answers) must be a string", where),
+                            where + ".tool_call_id");
+    }
+    out.tool_call_id = m.at("tool_call_id").get<std::string>();
+  }
+  return out;
+}
+
 std::vector<ChatMessage> chat_messages(const json& body) {
   if (!present(body, "messages") || !body.at("messages").is_array() || body.at("messages").empty()) {
     throw invalid_request("'messages' must be a non-empty array", "messages");
   }
   std::vector<ChatMessage> out;
-  size_t i = 0;
-  for (const auto& m : body.at("messages")) {
-    if (!m.is_object() || !m.contains("role") || !m.at("role").is_string()) {
-      throw invalid_request(fmt::format("messages[{}] must be an object with a string 'role'", i), "messages");
-    }
-    const auto role = m.at("role").get<std::string>();
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
-      throw invalid_request(fmt::format("messages[{}].role '{}' is not supported (system, developer, user, "
-                                        "assistant)", i, role), "messages");
-    }
-    out.push_back({role, message_content(m.contains("content") ? m.at("content") : json(), i)});
-    ++i;
-  }
+  for (const auto& m : body.at("messages")) out.push_back(chat_message(m, out.size()));
   return out;
 }
 
@@ -292,6 +316,7 @@ ParsedRequest parse_request(const std::string& body_text, bool chat, int context
       }
       out.chat_template_kwargs = body.at("chat_template_kwargs");
     }
+    out.tools = parse_tool_request(body);
   } else {
     out.prompts = prompts(body);
   }

@@ -1,7 +1,7 @@
 // Reading OpenAI-style request bodies (/v1/completions, /v1/chat/completions) into a
 // GenerationRequest, with every field's type and range checked: a bad field is an ApiError
 // naming it, answered as an OpenAI error object. A field this server does not implement
-// (tools, response_format, suffix, ...) or does not know is refused (400, code
+// (functions, response_format, suffix, ...) or does not know is refused (400, code
 // unsupported_parameter) rather than ignored: a client relying on it would get a different
 // answer than it asked for. null counts as absent.
 #pragma once
@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/http/openai_tools.hpp"
 #include "server/text/chat_template.hpp"
 #include "server/scheduling/request.hpp"
 
@@ -44,6 +45,7 @@ struct ParsedRequest {
   std::vector<PromptInput> prompts;    // completions: one or several (a batch)
   std::vector<ChatMessage> messages;   // chat
   nlohmann::json chat_template_kwargs; // chat: an object of template variables, or null
+  ToolRequest tools;                   // chat: the tools to render and read calls for
   bool stream = false;
   bool include_usage = false;
   bool max_tokens_given = false;

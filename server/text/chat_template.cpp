@@ -1,6 +1,7 @@
 #include "server/text/chat_template.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 namespace turbokv::server {
@@ -31,21 +32,64 @@ jinja::Value json_to_value(const nlohmann::json& j, bool marked) {
   }
 }
 
-namespace {
-
-jinja::Value messages_value(const std::vector<ChatMessage>& messages, size_t count) {
+jinja::Value ChatTemplate::messages_value(const std::vector<ChatMessage>& messages, size_t count) const {
   std::vector<jinja::Value> list;
   for (size_t k = 0; k < count; ++k) {
+    const ChatMessage& in = messages[k];
     jinja::Dict m;
     // Templates know system, not OpenAI's newer developer role.
-    m.set("role", jinja::Value::marked(messages[k].role == "developer" ? "system" : messages[k].role));
-    m.set("content", jinja::Value::marked(messages[k].content));
+    m.set("role", jinja::Value::marked(in.role == "developer" ? "system" : in.role));
+    if (in.content_null && !null_content_as_empty_) {
+      m.set("content", jinja::Value::none());
+    } else {
+      m.set("content", jinja::Value::marked(in.content));
+    }
+    if (!in.tool_calls.is_null()) {
+      nlohmann::json calls = in.tool_calls;
+      for (auto& call : calls) {
+        nlohmann::json& arguments = call["function"]["arguments"];
+        if (!object_arguments_ || !arguments.is_string()) continue;
+        nlohmann::json parsed = nlohmann::json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_object()) arguments = std::move(parsed);  // a text that is no object stays text
+      }
+      m.set("tool_calls", json_to_value(calls, true));
+    }
+    if (!in.tool_call_id.empty()) m.set("tool_call_id", jinja::Value::marked(in.tool_call_id));
+    if (!in.name.empty()) m.set("name", jinja::Value::marked(in.name));
     list.push_back(jinja::Value::dict(std::move(m)));
   }
   return jinja::Value::list(std::move(list));
 }
 
-}  // namespace
+void ChatTemplate::probe_tool_conventions() {
+  // A conversation with a call and its result, rendered in each convention; the first that
+  // renders (and, for arguments, shows them as written) is kept.
+  const std::string arguments = "{\"probe_argument\": 1}";
+  std::vector<ChatMessage> chat = {{"user", "Hi"}, {"assistant", ""}, {"tool", "ok"}};
+  chat[1].content_null = true;
+  chat[1].tool_calls = nlohmann::json::array(
+      {{{"id", "call_probe"}, {"type", "function"}, {"function", {{"name", "probe_tool"}, {"arguments", arguments}}}}});
+  chat[2].tool_call_id = "call_probe";
+  const nlohmann::json parameters = {{"type", "object"}};
+  const nlohmann::json function = {{"name", "probe_tool"}, {"parameters", parameters}};
+  const nlohmann::json tools = nlohmann::json::array({{{"type", "function"}, {"function", function}}});
+  auto render = [&]() -> std::optional<std::string> {
+    try {
+      return render_with_jinja(chat, nullptr, tools).text;
+    } catch (const turbokv::Error&) {
+      return std::nullopt;
+    }
+  };
+  if (!render()) {
+    null_content_as_empty_ = true;
+    if (!render()) null_content_as_empty_ = false;  // neither renders: nothing learnt
+  }
+  const auto as_text = render();
+  if (as_text && as_text->find(arguments) != std::string::npos) return;
+  object_arguments_ = true;
+  const auto as_object = render();
+  if (!as_object || as_object->find("probe_argument") == std::string::npos) object_arguments_ = false;
+}
 
 ChatTemplate ChatTemplate::from_gguf(const std::string& jinja, std::string bos_token, std::string eos_token) {
   ChatTemplate t(detect_chat_format(jinja));
@@ -58,10 +102,14 @@ ChatTemplate ChatTemplate::from_gguf(const std::string& jinja, std::string bos_t
   try {
     t.jinja_ = std::make_shared<const jinja::Template>(jinja);
     t.thinks_ = jinja.find("<think>") != std::string::npos;
+    t.tool_format_ = detect_tool_call_format(jinja);
+    t.probe_tool_conventions();
     (void)t.render({{"user", "Hello"}});  // a template that cannot render one message is no use
   } catch (const turbokv::Error& e) {
     t.jinja_.reset();
     t.thinks_ = false;
+    t.tool_format_ = ToolCallFormat::none;
+    t.object_arguments_ = t.null_content_as_empty_ = false;
     t.fallback_reason_ = std::string("the model's chat template cannot be run: ") + e.what();
   }
   return t;
@@ -84,12 +132,14 @@ jinja::Rendered ChatTemplate::render_jinja(const jinja::Value& context, size_t i
   }
 }
 
-RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs) const {
+RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs,
+                                  const nlohmann::json& tools) const {
   if (!jinja_) return render_chat(format_, messages);
-  return render_with_jinja(messages, kwargs);
+  return render_with_jinja(messages, kwargs, tools);
 }
 
-RenderedChat ChatTemplate::render_with_jinja(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs) const {
+RenderedChat ChatTemplate::render_with_jinja(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs,
+                                             const nlohmann::json& tools) const {
   auto context = [&](size_t count, bool generation_prompt) {
     jinja::Dict d;
     if (kwargs.is_object()) {
@@ -99,10 +149,13 @@ RenderedChat ChatTemplate::render_with_jinja(const std::vector<ChatMessage>& mes
     d.set("add_generation_prompt", jinja::Value::boolean(generation_prompt));
     d.set("bos_token", jinja::Value::string(bos_token_));
     d.set("eos_token", jinja::Value::string(eos_token_));
+    if (!tools.is_null()) d.set("tools", json_to_value(tools, true));
     return jinja::Value::dict(std::move(d));
   };
-  size_t input_bytes = kwargs.is_object() ? kwargs.dump().size() : 0;
-  for (const auto& m : messages) input_bytes += m.content.size() + m.role.size();
+  size_t input_bytes = (kwargs.is_object() ? kwargs.dump().size() : 0) + (tools.is_null() ? 0 : tools.dump().size());
+  for (const auto& m : messages) {
+    input_bytes += m.content.size() + m.role.size() + (m.tool_calls.is_null() ? 0 : m.tool_calls.dump().size());
+  }
   jinja::Rendered full = render_jinja(context(messages.size(), true), input_bytes);
   RenderedChat out;
   out.add_bos = false;  // as transformers: the template writes BOS itself where the model wants one

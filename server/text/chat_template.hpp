@@ -17,12 +17,19 @@
 
 #include "engine/tokenizer/tokenizer.hpp"
 #include "server/jinja/template.hpp"
+#include "server/text/tool_calls.hpp"
 
 namespace turbokv::server {
 
 struct ChatMessage {
-  std::string role;  // system, user, assistant (developer is read as system)
+  std::string role;  // system, user, assistant, tool (developer is read as system)
   std::string content;
+  // OpenAI's function calling, as the request sent it (ChatTemplate adapts it to its template):
+  bool content_null = false;  // an assistant turn that only calls tools: content null
+  // assistant: [{id, type: "function", function: {name, arguments: JSON text}}], or null
+  nlohmann::json tool_calls = nullptr;
+  std::string tool_call_id = {};  // tool: the call this result answers
+  std::string name = {};          // the message's optional name
 };
 
 enum class ChatFormat { llama3, chatml, plain };
@@ -72,22 +79,39 @@ class ChatTemplate {
   // Whether the template writes <think> tags (a reasoning model: replies split into
   // reasoning_content and content).
   bool thinks() const { return thinks_; }
+  // How the template renders tool calls, so replies can be read back (tool_calls.hpp); none for
+  // native formats and templates without tools.
+  ToolCallFormat tool_format() const { return tool_format_; }
+  // How the template wants an OpenAI conversation's calls, probed at start-up as llama-server
+  // does (templates differ and fail otherwise): arguments as the object their JSON text holds
+  // (a template that writes them with tojson, as Llama 3.1's) rather than the text; content ""
+  // rather than None for a turn that only calls (a template that fails on None, as Qwen 3's).
+  bool object_arguments() const { return object_arguments_; }
+  bool null_content_as_empty() const { return null_content_as_empty_; }
 
   // The prompt for `messages` ending with the assistant's turn header. `kwargs` (a JSON object or
   // null: the request's chat_template_kwargs, e.g. {"enable_thinking": false}) become template
-  // variables; native formats ignore them. Throws ChatTemplateError when the template refuses.
-  RenderedChat render(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs = nullptr) const;
+  // variables; native formats ignore them. `tools` (OpenAI's tools array, or null) is the
+  // template's `tools` variable. Throws ChatTemplateError when the template refuses.
+  RenderedChat render(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs = nullptr,
+                      const nlohmann::json& tools = nullptr) const;
   // The Jinja render alone (tests): the template's text for these variables; `input_bytes`
   // (what the client sent) scales the output limit. Throws ChatTemplateError.
   jinja::Rendered render_jinja(const jinja::Value& context, size_t input_bytes = 0) const;
 
  private:
-  RenderedChat render_with_jinja(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs) const;
+  RenderedChat render_with_jinja(const std::vector<ChatMessage>& messages, const nlohmann::json& kwargs,
+                                 const nlohmann::json& tools) const;
+  jinja::Value messages_value(const std::vector<ChatMessage>& messages, size_t count) const;
+  void probe_tool_conventions();
 
   ChatFormat format_ = ChatFormat::plain;
   std::shared_ptr<const jinja::Template> jinja_;
   std::string bos_token_, eos_token_, fallback_reason_;
   bool thinks_ = false;
+  ToolCallFormat tool_format_ = ToolCallFormat::none;
+  bool object_arguments_ = false;
+  bool null_content_as_empty_ = false;
 };
 
 // Token counts at which each chat message ends, where the prompt's tokens `ids` (the encoding of

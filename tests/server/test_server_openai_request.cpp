@@ -36,9 +36,9 @@ ApiError refusal(F&& parse) {
 }
 
 TEST(OpenAIRequest, UnimplementedFieldsAreRefusedByName) {
-  for (const std::string field : {R"("tools": [{"type": "function", "function": {"name": "f"}}])",
-                                  R"("tool_choice": "auto")", R"("functions": [{"name": "f"}])",
-                                  R"("function_call": "auto")", R"("parallel_tool_calls": true)",
+  for (const std::string field : {R"("functions": [{"name": "f"}])",
+                                  R"("function_call": "auto")", R"("tool_choice": "required")",
+                                  R"("tool_choice": {"type": "function", "function": {"name": "f"}})",
                                   R"("response_format": {"type": "json_object"})", R"("audio": {})",
                                   R"("modalities": ["text"])", R"("store": true)", R"("metadata": {})",
                                   R"("reasoning_effort": "low")", R"("service_tier": "auto")", R"("echo": true)",
@@ -171,6 +171,104 @@ TEST(OpenAIRequest, PromptsAreATextTokensOrABatchOfThose) {
     const ApiError e = refusal([&] { prompts(bad); });
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, "prompt");
+  }
+}
+
+}  // namespace
+}  // namespace turbokv::server
+
+namespace turbokv::server {
+namespace {
+
+const char* kWeatherTool =
+    R"({"type": "function", "function": {"name": "get_weather", "description": "d", "strict": false,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})";
+
+TEST(OpenAIRequest, ToolsAreReadWithTheirChoice) {
+  const ParsedRequest auto_ = chat(std::string(R"("tools": [)") + kWeatherTool + R"(, {"type": "function", "function": {"name": "a-b_9"}}])");
+  ASSERT_TRUE(auto_.tools.tools.is_array());
+  EXPECT_EQ(auto_.tools.tools.size(), 2u);
+  EXPECT_TRUE(auto_.tools.parallel);
+  EXPECT_TRUE(chat(std::string(R"("tools": [)") + kWeatherTool + R"(], "tool_choice": "auto")").tools.tools.is_array());
+  // "none": as without tools (not rendered, not read back)
+  EXPECT_TRUE(chat(std::string(R"("tools": [)") + kWeatherTool + R"(], "tool_choice": "none")").tools.tools.is_null());
+  EXPECT_TRUE(chat(R"("tools": [])").tools.tools.is_null());
+  EXPECT_TRUE(chat(R"("tool_choice": "none")").tools.tools.is_null());
+  EXPECT_FALSE(chat(std::string(R"("tools": [)") + kWeatherTool + R"(], "parallel_tool_calls": false)").tools.parallel);
+}
+
+TEST(OpenAIRequest, MalformedToolsAreA400NamingTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("tools": {"type": "function"})", "tools"},
+      {R"("tools": ["get_weather"])", "tools[0]"},
+      {R"("tools": [{"type": "retrieval", "function": {"name": "f"}}])", "tools[0].type"},
+      {R"("tools": [{"type": "function"}])", "tools[0].function"},
+      {R"("tools": [{"type": "function", "function": {"description": "no name"}}])", "tools[0].function.name"},
+      {R"("tools": [{"type": "function", "function": {"name": "get weather"}}])", "tools[0].function.name"},
+      {R"("tools": [{"type": "function", "function": {"name": ""}}])", "tools[0].function.name"},
+      {R"("tools": [{"type": "function", "function": {"name": "f.g"}}])", "tools[0].function.name"},
+      {R"("tools": [{"type": "function", "function": {"name": "a234567890123456789012345678901234567890123456789012345678901234x"}}])",
+       "tools[0].function.name"},
+      {std::string(R"("tools": [)") + kWeatherTool + R"(, {"type": "function", "function": {"name": "f", "parameters": "x"}}])",
+       "tools[1].function.parameters"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "description": 3}}])", "tools[0].function.description"},
+      {R"("tool_choice": "sometimes")", "tool_choice"},
+      {R"("tool_choice": 1)", "tool_choice"},
+      {R"("parallel_tool_calls": "yes")", "parallel_tool_calls"},
+  };
+  for (const auto& [fields, param] : cases) {
+    SCOPED_TRACE(fields);
+    const ApiError e = refusal([&] { chat(fields); });
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_request");
+    EXPECT_EQ(e.param, param);
+    EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(valid_function_name(std::string(64, 'a')));
+  EXPECT_FALSE(valid_function_name(std::string(65, 'a')));
+}
+
+ParsedRequest conversation(const std::string& messages) {
+  return parse_request(R"({"messages": )" + messages + "}", true, kContext, kVocab);
+}
+
+TEST(OpenAIRequest, ConversationsCarryToolCallsAndResults) {
+  const ParsedRequest p = conversation(R"([{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "f", "arguments": "not json"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "21 C"},
+      {"role": "assistant", "content": "Warm.", "tool_calls": []}])");
+  ASSERT_EQ(p.messages.size(), 4u);
+  const ChatMessage& call = p.messages[1];
+  EXPECT_TRUE(call.content_null);
+  ASSERT_EQ(call.tool_calls.size(), 2u);
+  // Arguments stay OpenAI's JSON text (ChatTemplate gives templates that want it the object).
+  EXPECT_EQ(call.tool_calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(call.tool_calls[0]["id"], "call_1");
+  EXPECT_EQ(call.tool_calls[1]["function"]["arguments"], "not json");
+  EXPECT_EQ(p.messages[2].role, "tool");
+  EXPECT_EQ(p.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(p.messages[2].content, "21 C");
+  EXPECT_FALSE(p.messages[3].content_null);
+
+  const std::pair<std::string, std::string> refused[] = {
+      {R"([{"role": "tool", "content": "21 C"}])", "messages[0].tool_call_id"},
+      {R"([{"role": "assistant", "tool_calls": {"id": "x"}}])", "messages[0].tool_calls"},
+      {R"([{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}])",
+       "messages[0].tool_calls[0].id"},
+      {R"([{"role": "assistant", "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": {}}}]}])",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"([{"role": "assistant", "tool_calls": [{"id": "x", "type": "code", "function": {"name": "f", "arguments": "{}"}}]}])",
+       "messages[0].tool_calls[0].type"},
+      {R"([{"role": "user", "content": "hi", "tool_calls": []}])", "messages[0].tool_calls"},
+      {R"([{"role": "function", "content": "hi"}])", "messages"},
+  };
+  for (const auto& [messages, param] : refused) {
+    SCOPED_TRACE(messages);
+    const ApiError e = refusal([&] { conversation(messages); });
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, param);
   }
 }
 

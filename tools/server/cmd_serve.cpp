@@ -145,9 +145,10 @@ int run_serve(const ServeArgs& a) {
   server::Scheduler scheduler(model, *tokenizer, so);
   api.attach({model_id, &model, tokenizer.get(), chat_template, &scheduler});
   const size_t fp16_seq = scheduler.footprint().fp16_bytes(static_cast<size_t>(scheduler.context()));
-  std::printf("model %s: %d layers, %d kv heads x %d, context %d, weights %s; chat %s\n", model_id.c_str(),
-              model.config.n_layers, model.config.n_kv_heads, model.config.head_dim, scheduler.context(),
-              model.weight_type_summary().c_str(), chat_template.describe().c_str());
+  std::printf("model %s: %d layers, %d kv heads x %d, context %d, weights %s; chat %s, tool calls %s\n",
+              model_id.c_str(), model.config.n_layers, model.config.n_kv_heads, model.config.head_dim,
+              scheduler.context(), model.weight_type_summary().c_str(), chat_template.describe().c_str(),
+              server::tool_call_format_name(chat_template.tool_format()));
   std::printf("kv cache %s, pages of %zu tokens; budget %zu bytes = %.1f full-context sequences (fp16: %.1f)\n",
               kv_cache_label(so.cache).c_str(), so.page_tokens, so.kv_budget,
               static_cast<double>(so.kv_budget) / static_cast<double>(scheduler.reservation(static_cast<size_t>(scheduler.context()))),
