@@ -13,7 +13,9 @@
 #   3. turbokv eval runs the same protocol on llama.cpp's own token ids (--ids, read from that
 #      file) with the dense fp32 cache and serve's default TurboQuant cache (tq4), 2 threads, and
 #      writes its dense distributions in llama.cpp's format (--logits-out);
-#   4. the helper compares the two files: top-1 agreement, KL(llama.cpp || turbokv).
+#   4. the helper compares the two files: top-1 agreement, KL(llama.cpp || turbokv); and whether
+#      turbokv's own tokenizer (`turbokv tokenize`, the whole text with BOS) gives llama.cpp's ids
+#      (not needed for the comparison, which uses llama.cpp's ids; reported as a check).
 # Prints one markdown table row per family; files and logs stay in --out (default a temp dir).
 # The bars (issue 27): |ppl difference| <= 0.3%, top-1 agreement >= 99%; the exit status is 1 if
 # a family misses one (families named in KNOWN_DIFFERENT below are reported, not judged).
@@ -56,8 +58,8 @@ commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 llama_commit="$(git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 echo "turbokv $commit, llama.cpp $llama_commit ($build), weights $type, ctx $ctx, $chunks chunks, 2 threads; files in $out"
 echo
-echo "| family | ppl llama.cpp | ppl turbokv | difference | top-1 agreement | KL(llama.cpp ‖ turbokv) mean / max | entropy / log V | tq4 vs dense: KL mean / max, top-1 | verdict |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+echo "| family | ppl llama.cpp | ppl turbokv | difference | top-1 agreement (positions) | KL(llama.cpp ‖ turbokv) mean / max | entropy / log V | turbokv tq4 vs dense: KL mean / max, top-1 | same ids | verdict |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
 failed=0
 for fam in "${families[@]}"; do
   base="$out/$fam-$type"
@@ -71,9 +73,12 @@ for fam in "${families[@]}"; do
       --kv tq4 --threads 2 --no-progress --json --logits-out "$base.turbokv.kld" >"$base.turbokv.json" 2>"$base.turbokv.log" \
     || { echo "| $fam | turbokv eval failed: $(tail -1 "$base.turbokv.log") |"; failed=1; continue; }
   "$py" "$here/compare_llamacpp.py" compare "$base.llama.kld" "$base.turbokv.kld" >"$base.compare.json"
-  "$py" - "$fam" "$ppl_llama" "$base.turbokv.json" "$base.compare.json" "$KNOWN_DIFFERENT" <<'EOF' || failed=1
+  "$turbokv" tokenize --tokenizer "$base.gguf" --text "$(cat "$text")" >"$base.turbokv.ids"
+  "$py" - "$fam" "$ppl_llama" "$base.turbokv.json" "$base.compare.json" "$KNOWN_DIFFERENT" "$base.ids" "$base.turbokv.ids" <<'EOF' || failed=1
 import json, sys
 fam, ppl_llama, tk, cmp, known = sys.argv[1], float(sys.argv[2]), json.load(open(sys.argv[3])), json.load(open(sys.argv[4])), sys.argv[5]
+llama_ids, own_ids = open(sys.argv[6]).read().split(), open(sys.argv[7]).read().split()
+same = "yes" if own_ids[:len(llama_ids)] == llama_ids else "no"
 ppl = tk["ppl_reference"]
 tq = tk["rows"][0]
 rel = ppl / ppl_llama - 1
@@ -82,7 +87,7 @@ verdict = "different by design" if f" {fam} " in known else ("within the bars" i
 print(f"| {fam} | {ppl_llama:.4f} | {ppl:.4f} | {100 * rel:+.4f}% | {100 * cmp['top1_agreement']:.2f}% "
       f"({cmp['positions']}) | {cmp['kl_mean']:.2e} / {cmp['kl_max']:.2e} | "
       f"{cmp['entropy_mean']:.2f} / {cmp['log_vocab']:.2f} | {tq['kl']:.2e} / {tq['kl_max']:.2e}, "
-      f"{100 * tq['top1_agreement']:.1f}% | {verdict} |")
+      f"{100 * tq['top1_agreement']:.1f}% | {same} | {verdict} |")
 sys.exit(0 if ok or f" {fam} " in known else 1)
 EOF
 done

@@ -8,7 +8,8 @@ Subcommands:
                                                 --kl-divergence-base file, as turbokv eval --ids reads it
   compare LLAMA_FILE TURBOKV_FILE               top-1 agreement, KL(llama.cpp || turbokv), entropies and
                                                 the perplexities both files imply, as one JSON line
-  families                                      the family names, one a line
+  families [--all]                              the default family names, one a line (--all: and
+                                                those run only by name)
 
 Both logits files are in llama-perplexity's format (engine/eval/llama_logits_file.hpp describes it):
 turbokv eval --logits-out writes the same one, so one reader serves both.
@@ -52,12 +53,17 @@ FAMILIES = {
     # Phi-3: fused qkv and gate-up; sliding_window 2047 as Phi-3-mini-4k (llama.cpp disables Phi SWA)
     "phi3": dict(arch="phi3", dim=128, ff=256, layers=4, heads=4, kv=2, hd=32, tied=False, base=10000.0,
                  window=2047),
+    # Phi-3-mini-128k's LongRoPE (rope_factors_long/short, attention factor), run by name only (not
+    # in the default list: turbokv refuses LongRoPE until it lands). original_context_length 64, so
+    # that at the comparison's 128 positions llama.cpp picks the long factors (it does above it).
+    "phi3-longrope": dict(arch="phi3", dim=128, ff=256, layers=4, heads=4, kv=2, hd=32, tied=False, base=10000.0,
+                          window=262144, longrope=64, extra=True),
     "olmo2": dict(arch="olmo2", dim=128, ff=256, layers=4, heads=4, kv=2, hd=32, tied=False, base=500000.0),
     # Granite 3's multipliers (attention.scale 1/head_dim as Granite 3's 1/128 at head_dim 128)
-    "granite": dict(arch="granite", dim=128, ff=256, layers=4, heads=4, kv=2, hd=64, tied=True, base=10000.0,
+    "granite": dict(arch="granite", dim=128, ff=256, layers=4, heads=4, kv=2, hd=64, tied=False, base=10000.0,
                     granite=True),
     # Qwen 3: q_dim (4 x 64) wider than dim, per-head QK norms, NeoX RoPE
-    "qwen3": dict(arch="qwen3", dim=128, ff=256, layers=4, heads=4, kv=2, hd=64, tied=True, base=1000000.0),
+    "qwen3": dict(arch="qwen3", dim=128, ff=256, layers=4, heads=4, kv=2, hd=64, tied=False, base=1000000.0),
     # Qwen 3 MoE: 8 experts of width 64, top-2 with renormalised softmax
     "qwen3moe": dict(arch="qwen3moe", dim=128, ff=256, layers=4, heads=4, kv=2, hd=64, tied=False, base=1000000.0,
                      experts=8, used=2, expert_ff=64),
@@ -114,7 +120,13 @@ def write_family(name, path, wtype, seed=27):
     w = gguf.GGUFWriter(path, arch)
     dim, ff, layers, heads, kv, hd = f["dim"], f["ff"], f["layers"], f["heads"], f["kv"], f["hd"]
     w.add_name(f"turbokv-compare-{name}")
-    w.add_context_length(512)
+    # LongRoPE: a 32x context over the original one, the attention factor as llama.cpp's converter
+    # computes it for `longrope` (conversion/phi.py)
+    orig = f.get("longrope")
+    w.add_context_length(32 * orig if orig else 512)
+    if orig:
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(32) / math.log(orig)))
     w.add_embedding_length(dim)
     w.add_feed_forward_length(ff)
     w.add_block_count(layers)
@@ -163,11 +175,19 @@ def write_family(name, path, wtype, seed=27):
     # q and k weights large enough that attention is peaked (score std ~2), not uniform
     qk_std = 1.5 / math.sqrt(dim)
     gemma = arch in ("gemma2", "gemma3")
-    # Gemma scales the embeddings by sqrt(dim) and ties the output to them: rows of std out_std.
-    matrix("token_embd.weight", (vocab, dim), out_std if f["tied"] else 1.0)
+    # Tied output (Gemma): rows of std out_std, so the logits have std ~4 as the untied ones. The
+    # token's own embedding then scores its own logit high; Gemma's post-norm weights (mean 8
+    # below) make the blocks' outputs dominate the residual stream, so the model does not just
+    # predict its input token. Granite multiplies the embeddings by 12: rows of std 0.1.
+    embd_std = out_std if f["tied"] else (0.1 if f.get("granite") else 1.0)
+    matrix("token_embd.weight", (vocab, dim), embd_std)
     vector("output_norm.weight", dim)
     if not f["tied"]:
         matrix("output.weight", (vocab, dim), out_std)
+    if orig:  # per rotated pair: long factors rising to 24, short ones near 1
+        pairs = hd // 2
+        w.add_tensor("rope_factors_long.weight", np.geomspace(1.0, 24.0, pairs).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", np.linspace(1.0, 1.3, pairs).astype(np.float32))
     for l in range(layers):
         b = f"blk.{l}."
         if arch != "olmo2":
@@ -192,12 +212,13 @@ def write_family(name, path, wtype, seed=27):
         if arch == "olmo2":  # over the whole projections
             vector(b + "attn_q_norm.weight", qd, 2.0, 0.2)
             vector(b + "attn_k_norm.weight", kvd, 1.0, 0.1)
+        post = 8.0 if gemma else 1.0
         if gemma or arch == "olmo2":
-            vector(b + "post_attention_norm.weight", dim)
+            vector(b + "post_attention_norm.weight", dim, post, 0.1 * post)
         if arch != "olmo2":
             vector(b + "ffn_norm.weight", dim)
         if gemma or arch == "olmo2":
-            vector(b + "post_ffw_norm.weight", dim)
+            vector(b + "post_ffw_norm.weight", dim, post, 0.1 * post)
         if "experts" in f:
             e, eff = f["experts"], f["expert_ff"]
             matrix(b + "ffn_gate_inp.weight", (e, dim), 2.0 / math.sqrt(dim))  # a router that prefers
@@ -261,7 +282,10 @@ def compare(llama_path, turbokv_path):
         "top1_agreement": float((a.argmax(axis=1) == b.argmax(axis=1)).mean()),
         "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
         "entropy_mean": float(ent.mean()), "log_vocab": math.log(n_vocab),
-        "ppl_llama_file": float(math.exp(-a[rows, t].mean())), "ppl_turbokv_file": float(math.exp(-b[rows, t].mean())),
+        # from the files' log-probabilities, whose floor (16 nats below the best) caps each loss:
+        # below the tools' own perplexities when targets fall under it
+        "ppl_floored_llama_file": float(math.exp(-a[rows, t].mean())),
+        "ppl_floored_turbokv_file": float(math.exp(-b[rows, t].mean())),
     }
 
 
@@ -278,7 +302,8 @@ def main():
     pc = sub.add_parser("compare")
     pc.add_argument("llama")
     pc.add_argument("turbokv")
-    sub.add_parser("families")
+    pf = sub.add_parser("families")
+    pf.add_argument("--all", action="store_true", help="also those run only by name (phi3-longrope)")
     a = p.parse_args()
     if a.cmd == "write":
         write_family(a.family, a.out, a.type)
@@ -289,7 +314,7 @@ def main():
     elif a.cmd == "compare":
         print(json.dumps(compare(a.llama, a.turbokv)))
     else:
-        print("\n".join(FAMILIES))
+        print("\n".join(n for n, f in FAMILIES.items() if a.all or not f.get("extra")))
 
 
 if __name__ == "__main__":
