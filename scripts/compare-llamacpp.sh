@@ -55,7 +55,7 @@ text="$root/models/kjv-revelation.txt"
 KNOWN_DIFFERENT=" mistral-w32 "
 
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-llama_commit="$(git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+llama_commit="$(git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || head -c 12 "$src/COMMIT" 2>/dev/null || echo unknown)"
 echo "turbokv $commit, llama.cpp $llama_commit ($build), weights $type, ctx $ctx, $chunks chunks, 2 threads; files in $out"
 echo
 echo "| family | ppl llama.cpp | ppl turbokv | difference | top-1 agreement (positions) | KL(llama.cpp ‖ turbokv) mean / max | entropy / log V | turbokv tq4 vs dense: KL mean / max, top-1 | same ids | verdict |"
@@ -64,10 +64,19 @@ failed=0
 for fam in "${families[@]}"; do
   base="$out/$fam-$type"
   PYTHONPATH="$src/gguf-py" "$py" "$here/compare_llamacpp.py" write "$fam" "$base.gguf" --type "$type"
-  "$perplexity" -m "$base.gguf" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 -tb 2 \
-      -ctk f32 -ctv f32 --kl-divergence-base "$base.llama.kld" >"$base.llama.log" 2>&1 \
-    || { echo "| $fam | llama-perplexity failed: see $base.llama.log |"; failed=1; continue; }
-  ppl_llama="$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$base.llama.log")"
+  # The distributions from one run, the perplexity from plain ones: at this commit llama-perplexity
+  # sometimes exits before its asynchronous log prints the last lines (always, with
+  # --kl-divergence-base), so a plain run is repeated (3 tries) until "Final estimate" is there.
+  llama_args=(-m "$base.gguf" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 -tb 2 -ctk f32 -ctv f32)
+  "$perplexity" "${llama_args[@]}" --kl-divergence-base "$base.llama.kld" >"$base.llama-kld.log" 2>&1 \
+    || { echo "| $fam | llama-perplexity failed: see $base.llama-kld.log |"; failed=1; continue; }
+  ppl_llama=""
+  for _ in 1 2 3; do
+    "$perplexity" "${llama_args[@]}" >"$base.llama.log" 2>&1 || break
+    ppl_llama="$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$base.llama.log")"
+    [[ -z "$ppl_llama" ]] || break
+  done
+  [[ -n "$ppl_llama" ]] || { echo "| $fam | no final estimate in $base.llama.log |"; failed=1; continue; }
   "$py" "$here/compare_llamacpp.py" ids "$base.llama.kld" "$base.ids"
   "$turbokv" eval --model "$base.gguf" --ids "$base.ids" --ctx "$ctx" --windows llama-perplexity \
       --kv tq4 --threads 2 --no-progress --json --logits-out "$base.turbokv.kld" >"$base.turbokv.json" 2>"$base.turbokv.log" \

@@ -97,6 +97,8 @@ def add_vocab(w, gguf):
             t = gguf.TokenType.BYTE
         else:
             t = gguf.TokenType.NORMAL
+        if i in (1, 2):  # tok512 spells them "\n<s>\n"; llama.cpp looks "</s>" up by name (Phi-3)
+            p = ("<s>", "</s>")[i - 1]
         tokens.append(p.replace(" ", "\u2581"))  # llama2.c stores SentencePiece's U+2581 as a space
         types.append(t)
     w.add_tokenizer_model("llama")
@@ -119,7 +121,9 @@ def write_family(name, path, wtype, seed=27):
     rng = np.random.default_rng([seed, sum(map(ord, name))])
     w = gguf.GGUFWriter(path, arch)
     dim, ff, layers, heads, kv, hd = f["dim"], f["ff"], f["layers"], f["heads"], f["kv"], f["hd"]
-    w.add_name(f"turbokv-compare-{name}")
+    # No family in the name: llama.cpp sets Phi-3's special-token attributes by general.name and
+    # then needs "<|endoftext|>" in the vocabulary.
+    w.add_name("turbokv random-weight comparison model")
     # LongRoPE: a 32x context over the original one, the attention factor as llama.cpp's converter
     # computes it for `longrope` (conversion/phi.py)
     orig = f.get("longrope")
