@@ -66,12 +66,12 @@ for fam in "${families[@]}"; do
   PYTHONPATH="$src/gguf-py" "$py" "$here/compare_llamacpp.py" write "$fam" "$base.gguf" --type "$type"
   # The distributions from one run, the perplexity from plain ones: at this commit llama-perplexity
   # sometimes exits before its asynchronous log prints the last lines (always, with
-  # --kl-divergence-base), so a plain run is repeated (3 tries) until "Final estimate" is there.
+  # --kl-divergence-base), so a plain run is repeated (6 tries) until "Final estimate" is there.
   llama_args=(-m "$base.gguf" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 -tb 2 -ctk f32 -ctv f32)
   "$perplexity" "${llama_args[@]}" --kl-divergence-base "$base.llama.kld" >"$base.llama-kld.log" 2>&1 \
     || { echo "| $fam | llama-perplexity failed: see $base.llama-kld.log |"; failed=1; continue; }
   ppl_llama=""
-  for _ in 1 2 3; do
+  for _ in 1 2 3 4 5 6; do
     "$perplexity" "${llama_args[@]}" >"$base.llama.log" 2>&1 || break
     ppl_llama="$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$base.llama.log")"
     [[ -z "$ppl_llama" ]] || break
