@@ -67,6 +67,29 @@ std::vector<std::vector<int>> make_windows(std::span<const int> tokens, int ctx,
   return windows;
 }
 
+WindowProtocol parse_window_protocol(std::string_view name) {
+  if (name == "fresh") return WindowProtocol::fresh;
+  if (name == "llama-perplexity") return WindowProtocol::llama_perplexity;
+  throw Error(fmt::format("unknown window protocol '{}' (fresh or llama-perplexity)", name));
+}
+
+std::vector<std::vector<int>> make_llama_perplexity_windows(std::span<const int> tokens, int ctx, int bos_id) {
+  if (ctx < 2) throw Error(fmt::format("evaluation context {} is too short (at least 2 positions)", ctx));
+  const size_t n_ctx = static_cast<size_t>(ctx);
+  if (tokens.size() < 2 * n_ctx) {
+    throw Error(fmt::format("llama-perplexity's protocol needs at least 2 x ctx = {} tokens; the text has {}",
+                            2 * n_ctx, tokens.size()));
+  }
+  std::vector<std::vector<int>> windows;
+  for (size_t begin = 0; begin + n_ctx <= tokens.size(); begin += n_ctx) {
+    std::vector<int> w(tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                       tokens.begin() + static_cast<std::ptrdiff_t>(begin + n_ctx));
+    if (bos_id >= 0) w[0] = bos_id;
+    windows.push_back(std::move(w));
+  }
+  return windows;
+}
+
 // ---- metrics ---------------------------------------------------------------------------------
 
 namespace {
@@ -125,7 +148,9 @@ void MetricAccumulator::add(std::span<const float> reference, std::span<const fl
   cos_sum_ += cos;
   cos_min_ = std::min(cos_min_, cos);
   if (argmax(reference) == argmax(logits)) ++top1_;
-  kl_sum_ += kl_divergence(reference, logits);
+  const double kl = kl_divergence(reference, logits);
+  kl_sum_ += kl;
+  kl_max_ = std::max(kl_max_, kl);
   nll_sum_ += token_nll(logits, target);
   nll_ref_sum_ += token_nll(reference, target);
   ++n_;
@@ -143,6 +168,7 @@ EvalMetrics MetricAccumulator::result() const {
   m.ppl_reference = std::exp(nll_ref_sum_ / n);
   m.delta_ppl = m.ppl - m.ppl_reference;
   m.kl = kl_sum_ / n;
+  m.kl_max = kl_max_;
   return m;
 }
 
@@ -188,7 +214,11 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
     }
   }
 
-  const auto windows = make_windows(tokens, ctx, mc.bos_id);
+  const bool llama_protocol = options.protocol == WindowProtocol::llama_perplexity;
+  const auto windows = llama_protocol ? make_llama_perplexity_windows(tokens, ctx, mc.bos_id)
+                                      : make_windows(tokens, ctx, mc.bos_id);
+  // Position i of a window is scored (predicts window[i + 1]) for first_scored <= i < size - 1.
+  const size_t first_scored = llama_protocol ? static_cast<size_t>(ctx / 2) : 0;
   const size_t vocab = static_cast<size_t>(mc.vocab_size);
   const size_t per_token_values = 2ull * static_cast<size_t>(mc.n_kv_heads) * mc.head_dim * mc.n_layers;
 
@@ -215,6 +245,7 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
   const size_t total_runs = windows.size() * (applicable + 1);
   size_t done = 0;
   double reference_nll = 0.0;
+  size_t scored = 0;
   for (const auto& window : windows) {
     const size_t n = window.size();
     reference_logits.assign(n * vocab, 0.0f);
@@ -223,9 +254,12 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
       const auto layers = layer_pointers(cache);
       chunked.run_all_logits(window, layers, reference_logits);
     }
-    for (size_t i = 0; i + 1 < n; ++i) {
-      reference_nll += token_nll(std::span<const float>(reference_logits.data() + i * vocab, vocab), window[i + 1]);
+    for (size_t i = first_scored; i + 1 < n; ++i) {
+      const std::span<const float> row(reference_logits.data() + i * vocab, vocab);
+      reference_nll += token_nll(row, window[i + 1]);
+      if (options.reference_logits) options.reference_logits(row);
     }
+    scored += n - 1 - first_scored;
     ++done;
     if (options.progress) options.progress(done, total_runs, "dense32 (reference)");
     for (ConfigState& s : states) {
@@ -235,7 +269,7 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
       logits.assign(n * vocab, 0.0f);
       (s.row.decode_steps ? stepped : chunked).run_all_logits(window, layers, logits);
       // Position i predicts window[i + 1]; the window's last position predicts nothing here.
-      for (size_t i = 0; i + 1 < n; ++i) {
+      for (size_t i = first_scored; i + 1 < n; ++i) {
         s.acc.add(std::span<const float>(reference_logits.data() + i * vocab, vocab),
                   std::span<const float>(logits.data() + i * vocab, vocab), window[i + 1]);
       }
@@ -248,10 +282,11 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
 
   EvalResult result;
   result.model = model.path;
-  result.tokens = tokens.size();
+  result.tokens = scored;
   result.windows = windows.size();
   result.ctx = ctx;
-  result.ppl_reference = std::exp(reference_nll / static_cast<double>(tokens.size()));
+  result.protocol = options.protocol;
+  result.ppl_reference = std::exp(reference_nll / static_cast<double>(scored));
   for (ConfigState& s : states) {
     if (s.row.applicable) {
       s.row.metrics = s.acc.result();

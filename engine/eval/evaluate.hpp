@@ -8,6 +8,12 @@
 // windows of ctx positions, each BOS + up to ctx-1 text tokens, so every text token is predicted
 // exactly once, from the positions before it in its window.
 //
+// llama-perplexity's protocol instead (WindowProtocol::llama_perplexity, for comparing with
+// llama.cpp on the same token ids): the stream (which then starts with BOS itself) is cut into
+// chunks of exactly ctx tokens, a partial last chunk dropped; each chunk's first token is replaced
+// by BOS; only the second half is scored: position i predicts token i+1 for ctx/2 <= i < ctx-1,
+// ctx-1-ctx/2 predictions per chunk (llama.cpp tools/perplexity, perplexity()).
+//
 // Per window, the model runs once with a DenseKVCache of f32 (the reference) and once per
 // configuration; every position's logits are compared with the reference's. The forward pass
 // appends a chunk's keys/values before attending, so each position attends to the stored
@@ -46,6 +52,19 @@ std::vector<int> tokenize_lines(const Tokenizer& tokenizer, std::string_view tex
 // Windows of at most ctx positions (ctx >= 2), each BOS followed by the next ctx-1 text tokens.
 std::vector<std::vector<int>> make_windows(std::span<const int> tokens, int ctx, int bos_id);
 
+// How the token stream becomes windows and which positions are scored (see the top).
+enum class WindowProtocol {
+  fresh,             // make_windows; every position but a window's last is scored
+  llama_perplexity,  // make_llama_perplexity_windows; positions ctx/2 .. ctx-2 are scored
+};
+// Parses "fresh" / "llama-perplexity"; throws turbokv::Error otherwise.
+WindowProtocol parse_window_protocol(std::string_view name);
+
+// llama-perplexity's chunks: tokens.size() / ctx chunks of ctx tokens, each with its first token
+// replaced by bos_id (kept when bos_id < 0, as llama.cpp does for a vocabulary without BOS).
+// Throws turbokv::Error below 2 * ctx tokens, as llama-perplexity refuses them.
+std::vector<std::vector<int>> make_llama_perplexity_windows(std::span<const int> tokens, int ctx, int bos_id);
+
 // ---- metrics ---------------------------------------------------------------------------------
 
 // Cosine similarity of two vectors (double accumulation); 1 if both are zero, 0 if one is.
@@ -67,6 +86,7 @@ struct EvalMetrics {
   double ppl_reference = 0;    // the dense fp32 cache's, on the same targets
   double delta_ppl = 0;        // ppl - ppl_reference
   double kl = 0;               // mean KL(reference || configuration), nats
+  double kl_max = 0;           // its largest value at one position
 };
 
 class MetricAccumulator {
@@ -77,7 +97,7 @@ class MetricAccumulator {
 
  private:
   size_t n_ = 0, top1_ = 0;
-  double cos_sum_ = 0, cos_min_ = 2, kl_sum_ = 0, nll_sum_ = 0, nll_ref_sum_ = 0;
+  double cos_sum_ = 0, cos_min_ = 2, kl_sum_ = 0, kl_max_ = 0, nll_sum_ = 0, nll_ref_sum_ = 0;
 };
 
 // ---- the evaluation --------------------------------------------------------------------------
@@ -100,6 +120,7 @@ struct EvalResult {
   size_t tokens = 0;    // text tokens predicted (= compared positions)
   size_t windows = 0;
   int ctx = 0;
+  WindowProtocol protocol = WindowProtocol::fresh;
   double ppl_reference = 0;
   std::vector<EvalRow> rows;
 };
@@ -108,6 +129,10 @@ struct EvalOptions {
   int ctx = 0;              // 0: the model's seq_len
   size_t max_tokens = 0;    // 0: all text tokens
   int max_chunk = 64;       // prefill chunk of configurations that do not need decode steps
+  WindowProtocol protocol = WindowProtocol::fresh;
+  // Called with the dense fp32 reference's logits at every scored position, in order (e.g. to
+  // write llama-perplexity's --kl-divergence-base file, llama_logits_file.hpp).
+  std::function<void(std::span<const float> logits)> reference_logits;
   // Called after each (window, configuration) run: done and total runs, the config's name.
   std::function<void(size_t done, size_t total, const std::string& config)> progress;
 };

@@ -7,10 +7,21 @@
 
 namespace turbokv::engine {
 
+namespace {
+
+const char* protocol_name(WindowProtocol p) {
+  return p == WindowProtocol::llama_perplexity ? "llama-perplexity" : "fresh";
+}
+
+}  // namespace
+
 std::string format_eval_table(const EvalResult& r) {
+  const char* layout = r.protocol == WindowProtocol::llama_perplexity
+                           ? "llama-perplexity's chunks (BOS first, second half scored)"
+                           : "BOS + text";
   std::string out = fmt::format(
-      "model {}: {} tokens in {} windows of up to {} positions (BOS + text); dense fp32 ppl {:.4f}\n",
-      r.model, r.tokens, r.windows, r.ctx, r.ppl_reference);
+      "model {}: {} tokens scored in {} windows of up to {} positions ({}); dense fp32 ppl {:.4f}\n",
+      r.model, r.tokens, r.windows, r.ctx, layout, r.ppl_reference);
   out += fmt::format("{:<14} {:>9} {:>11} {:>10} {:>10} {:>8} {:>9} {:>10} {:>10}\n", "config",
                      "bits/val", "compression", "logit cos", "min cos", "top-1", "ppl", "delta ppl", "KL");
   for (const EvalRow& row : r.rows) {
@@ -41,10 +52,11 @@ std::string format_eval_json(const EvalResult& r) {
       j["ppl"] = m.ppl;
       j["delta_ppl"] = m.delta_ppl;
       j["kl"] = m.kl;
+      j["kl_max"] = m.kl_max;
     } else {
       // Not applicable to this model's shape: the same fields, null.
       for (const char* key : {"bits_per_value", "compression_vs_fp16", "logit_cosine", "logit_cosine_min",
-                              "top1_agreement", "ppl", "delta_ppl", "kl"}) {
+                              "top1_agreement", "ppl", "delta_ppl", "kl", "kl_max"}) {
         j[key] = nullptr;
       }
     }
@@ -53,6 +65,10 @@ std::string format_eval_json(const EvalResult& r) {
   nlohmann::json out;
   out["model"] = r.model;
   out["tokens"] = r.tokens;
+  out["windows"] = r.windows;
+  out["ctx"] = r.ctx;
+  out["protocol"] = protocol_name(r.protocol);
+  out["ppl_reference"] = r.ppl_reference;
   out["rows"] = std::move(rows);
   return out.dump();
 }

@@ -145,6 +145,21 @@ TEST(EvalText, WindowsStartWithBosAndCoverEveryTokenOnce) {
   EXPECT_THROW(make_windows(t, 1, 1), Error);
 }
 
+TEST(EvalText, LlamaPerplexityWindowsAreWholeChunksWithBosFirst) {
+  std::vector<int> t(11);
+  for (int i = 0; i < 11; ++i) t[static_cast<size_t>(i)] = 100 + i;
+  const auto w = make_llama_perplexity_windows(t, 4, 1);
+  ASSERT_EQ(w.size(), 2u);  // 11 / 4: the partial third chunk is dropped, as llama-perplexity
+  EXPECT_EQ(w[0], (std::vector<int>{1, 101, 102, 103}));  // BOS replaces the chunk's first token
+  EXPECT_EQ(w[1], (std::vector<int>{1, 105, 106, 107}));
+  EXPECT_EQ(make_llama_perplexity_windows(t, 4, -1)[1], (std::vector<int>{104, 105, 106, 107}));  // no BOS
+  EXPECT_THROW(make_llama_perplexity_windows(t, 6, 1), Error);  // fewer than 2 x ctx tokens
+  EXPECT_THROW(make_llama_perplexity_windows(t, 1, 1), Error);
+  EXPECT_EQ(parse_window_protocol("fresh"), WindowProtocol::fresh);
+  EXPECT_EQ(parse_window_protocol("llama-perplexity"), WindowProtocol::llama_perplexity);
+  EXPECT_THROW(parse_window_protocol("llama"), Error);
+}
+
 // ---- end to end on stories260K ------------------------------------------------------------------
 
 class EvalStories : public ::testing::Test {
@@ -229,7 +244,7 @@ TEST_F(EvalStories, DenseMatchesReferenceAndTq8IsNearlyExact) {
   EXPECT_EQ(j.at("tokens").get<size_t>(), tokens_->size());
   EXPECT_TRUE(j.at("model").is_string());
   const std::set<std::string> fields = {"config", "bits_per_value", "compression_vs_fp16", "logit_cosine",
-                                        "logit_cosine_min", "top1_agreement", "ppl", "delta_ppl", "kl"};
+                                        "logit_cosine_min", "top1_agreement", "ppl", "delta_ppl", "kl", "kl_max"};
   ASSERT_EQ(j.at("rows").size(), specs.size());
   for (const auto& jr : j.at("rows")) {
     std::set<std::string> keys;
@@ -268,6 +283,58 @@ TEST_F(EvalStories, ChunkedPrefillSeesWhatDecodeSees) {
   EXPECT_GT(m.cosine_min, 0.99999);
   EXPECT_EQ(m.top1_agreement, 1.0);
   EXPECT_LT(m.kl, 1e-6);
+}
+
+// llama-perplexity's protocol: only the second half of each whole chunk is scored, the reference
+// callback sees exactly those positions' logits in order, and the perplexity is the one computed
+// by hand from the model's logits on each chunk (BOS first).
+TEST_F(EvalStories, LlamaPerplexityProtocolScoresTheSecondHalfOfEachChunk) {
+  const int ctx = 32;
+  std::vector<int> stream{model_->config.bos_id};
+  stream.insert(stream.end(), tokens_->begin(), tokens_->end());
+  const size_t chunks = stream.size() / ctx;
+  ASSERT_GE(chunks, 3u);
+  const size_t vocab = static_cast<size_t>(model_->config.vocab_size);
+  std::vector<std::vector<float>> seen;
+  EvalOptions o;
+  o.ctx = ctx;
+  o.protocol = WindowProtocol::llama_perplexity;
+  o.reference_logits = [&](std::span<const float> row) { seen.emplace_back(row.begin(), row.end()); };
+  ThreadPool pool(2);
+  const auto specs = parse_kv_config_list("dense16,tq4");
+  const EvalResult r = evaluate_kv_configs(*model_, stream, specs, o, pool);
+  const size_t per_chunk = ctx - 1 - ctx / 2;
+  EXPECT_EQ(r.windows, chunks);
+  EXPECT_EQ(r.tokens, chunks * per_chunk);
+  EXPECT_EQ(r.protocol, WindowProtocol::llama_perplexity);
+  ASSERT_EQ(seen.size(), chunks * per_chunk);
+  for (const auto& row : r.rows) EXPECT_EQ(row.metrics.positions, chunks * per_chunk) << row.config;
+
+  double nll = 0;
+  size_t k = 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    std::vector<int> window(stream.begin() + static_cast<std::ptrdiff_t>(c * ctx),
+                            stream.begin() + static_cast<std::ptrdiff_t>((c + 1) * ctx));
+    window[0] = model_->config.bos_id;
+    PromptCache cache = make_prompt_cache(model_->config.n_layers, model_->config.n_kv_heads,
+                                          model_->config.head_dim, parse_kv_config("dense32").config);
+    std::vector<KVCache*> layers;
+    for (size_t l = 0; l < cache.n_layers(); ++l) layers.push_back(&cache.layer(l));
+    std::vector<float> logits(window.size() * vocab);
+    Forward(*model_, pool, 1).run_all_logits(window, layers, logits);
+    for (size_t i = ctx / 2; i + 1 < window.size(); ++i, ++k) {
+      const std::span<const float> row(logits.data() + i * vocab, vocab);
+      nll += token_nll(row, window[i + 1]);
+      EXPECT_LT(kl_divergence(row, seen[k]), 1e-9) << "chunk " << c << " position " << i;
+    }
+  }
+  EXPECT_NEAR(r.ppl_reference, std::exp(nll / static_cast<double>(k)), 1e-6 * r.ppl_reference);
+  // A different quantity from the fresh windows' (which score every position).
+  EvalOptions fresh;
+  fresh.ctx = ctx;
+  EXPECT_NE(evaluate_kv_configs(*model_, stream, specs, fresh, pool).tokens, r.tokens);
+  // Fewer than two chunks' tokens: refused, as llama-perplexity refuses them.
+  EXPECT_THROW(evaluate_kv_configs(*model_, std::span<const int>(stream).first(2 * ctx - 1), specs, o, pool), Error);
 }
 
 TEST_F(EvalStories, BadOptionsThrow) {

@@ -1,15 +1,23 @@
-// `turbokv eval --model PATH [--tokenizer PATH] --text FILE [--ctx N] [--max-tokens N] --kv LIST
-// [--json]`: teacher-forced comparison of KV-cache configurations with the dense fp32 cache
-// (issue 6; the method is described in engine/eval/evaluate.hpp).
+// `turbokv eval --model PATH [--tokenizer PATH] (--text FILE | --ids FILE) [--ctx N] [--max-tokens N]
+// [--windows fresh|llama-perplexity] [--logits-out FILE] --kv LIST [--json]`: teacher-forced
+// comparison of KV-cache configurations with the dense fp32 cache (issue 6; the method is
+// described in engine/eval/evaluate.hpp). --ids, --windows llama-perplexity and --logits-out
+// compute llama-perplexity's quantity on llama.cpp's own token ids and write the per-token
+// distributions in its file format (issue 27, scripts/compare-llamacpp.sh).
 #include <fmt/format.h>
 
 #include <chrono>
+#include <exception>
+#include <memory>
+#include <span>
+#include <vector>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
 
 #include "engine/eval/evaluate.hpp"
+#include "engine/eval/llama_logits_file.hpp"
 #include "engine/model/model_files.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
 #include "tools/command_registry.hpp"
@@ -19,7 +27,7 @@ namespace turbokv::tools {
 namespace {
 
 struct EvalArgs {
-  std::string model, tokenizer, text, kv;
+  std::string model, tokenizer, text, ids, kv, windows = "fresh", logits_out;
   int ctx = 0;
   size_t max_tokens = 0;
   int threads = 0;
@@ -34,6 +42,27 @@ std::string read_text_file(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) throw Error(fmt::format("eval: error reading '{}'", path));
   return ss.str();
+}
+
+// Whitespace-separated decimal token ids (as scripts/compare_llamacpp.py writes llama.cpp's).
+std::vector<int> read_token_ids(const std::string& path) {
+  std::istringstream in(read_text_file(path));
+  std::vector<int> ids;
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    int id = -1;
+    try {
+      id = std::stoi(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || id < 0) {
+      throw Error(fmt::format("eval: '{}' in '{}' is not a token id", word, path));
+    }
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // A one-line progress bar on stderr, redrawn at most ~10 times a second (every step when
@@ -75,30 +104,58 @@ const CommandRegistration registration{"eval", [](CLI::App& app) {
   app.add_option("--model", args->model, "model file (llama2.c .bin or GGUF)")->required();
   app.add_option("--tokenizer", args->tokenizer,
                  "tokenizer file (default: the GGUF's own, or tok512.bin next to a llama2.c model)");
-  app.add_option("--text", args->text, "text file, tokenized line by line")->required();
+  auto* text = app.add_option("--text", args->text, "text file, tokenized line by line");
+  auto* ids = app.add_option("--ids", args->ids, "token ids (whitespace-separated) to use as they are, not a text");
+  text->excludes(ids);
+  ids->excludes(text);
   app.add_option("--ctx", args->ctx, "positions per window, BOS included (default: the model's seq_len)")
       ->check(CLI::Range(2, 1 << 20));
   app.add_option("--max-tokens", args->max_tokens, "evaluate only the first N text tokens (0: all)");
+  app.add_option("--windows", args->windows,
+                 "fresh: windows of BOS + ctx-1 text tokens, all scored; llama-perplexity: llama-perplexity's "
+                 "chunks of ctx tokens (first replaced by BOS), the second half scored")
+      ->check(CLI::IsMember({"fresh", "llama-perplexity"}));
+  app.add_option("--logits-out", args->logits_out,
+                 "write the dense fp32 reference's distributions at the scored positions in llama-perplexity's "
+                 "--kl-divergence-base format (needs --windows llama-perplexity)");
   app.add_option("--kv", args->kv, "comma-separated configurations, e.g. dense16,tq4,tq3,q4_0h,kivi2")
       ->required();
   app.add_option("--threads", args->threads, "worker threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_flag("--json", args->json, "print one JSON object on stdout");
   app.add_flag("--no-progress", args->no_progress, "no progress bar on stderr");
   return [args] {
+    if (args->text.empty() == args->ids.empty()) throw Error("eval: give --text or --ids");
     const auto specs = parse_kv_config_list(args->kv);
     const engine::Model model = engine::load_model(engine::find_model_file(args->model));
-    const auto tokenizer = engine::load_tokenizer_for_model(model, args->tokenizer);
-    const std::string text = read_text_file(args->text);
-    const std::vector<int> tokens = engine::tokenize_lines(*tokenizer, text);
+    std::vector<int> tokens;
+    if (!args->ids.empty()) {
+      tokens = read_token_ids(args->ids);
+    } else {
+      const auto tokenizer = engine::load_tokenizer_for_model(model, args->tokenizer);
+      tokens = engine::tokenize_lines(*tokenizer, read_text_file(args->text));
+    }
     engine::EvalOptions options;
     options.ctx = args->ctx;
     options.max_tokens = args->max_tokens;
+    options.protocol = engine::parse_window_protocol(args->windows);
+    std::unique_ptr<engine::LlamaLogitsWriter> logits_out;
+    if (!args->logits_out.empty()) {
+      if (options.protocol != engine::WindowProtocol::llama_perplexity) {
+        throw Error("eval: --logits-out writes llama-perplexity's format: it needs --windows llama-perplexity");
+      }
+      const int ctx = args->ctx > 0 ? args->ctx : model.config.seq_len;
+      std::span<const int> used = tokens;
+      if (args->max_tokens > 0 && used.size() > args->max_tokens) used = used.first(args->max_tokens);
+      logits_out = std::make_unique<engine::LlamaLogitsWriter>(args->logits_out, ctx, model.config.vocab_size, used);
+      options.reference_logits = [w = logits_out.get()](std::span<const float> logits) { w->add(logits); };
+    }
     auto bar = std::make_shared<ProgressBar>();
     if (!args->no_progress) {
       options.progress = [bar](size_t done, size_t total, const std::string& what) { bar->update(done, total, what); };
     }
     ThreadPool pool(args->threads);
     const engine::EvalResult result = engine::evaluate_kv_configs(model, tokens, specs, options, pool);
+    if (logits_out) logits_out->finish();
     if (args->json) {
       fmt::print("{}\n", engine::format_eval_json(result));
     } else {
