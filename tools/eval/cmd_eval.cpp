@@ -86,7 +86,9 @@ const CommandRegistration registration{"eval", [](CLI::App& app) {
   app.add_flag("--no-progress", args->no_progress, "no progress bar on stderr");
   return [args] {
     const auto specs = parse_kv_config_list(args->kv);
-    const engine::Model model = engine::load_model(engine::find_model_file(args->model));
+    engine::Model model = engine::load_model(engine::find_model_file(args->model));
+    const std::string rope = engine::select_rope_factors(model.config, args->ctx > 0 ? args->ctx : model.config.seq_len);
+    if (!rope.empty()) fmt::print(stderr, "eval: {}\n", rope);
     const auto tokenizer = engine::load_tokenizer_for_model(model, args->tokenizer);
     const std::string text = read_text_file(args->text);
     const std::vector<int> tokens = engine::tokenize_lines(*tokenizer, text);
