@@ -45,7 +45,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input")
     ap.add_argument("output")
-    ap.add_argument("--context", type=int, default=1024, help="phi3.context_length (max_position_embeddings)")
+    ap.add_argument("--context", type=int, default=1024, help="max_position_embeddings: phi3.context_length and the "
+                    "attention factor's scale")
+    ap.add_argument("--context-length", type=int, default=0,
+                    help="write this phi3.context_length instead (<= the original context: the short set is the one "
+                    "every context up to it takes, in both turbokv and llama.cpp)")
     ap.add_argument("--original-context", type=int, default=256, help="original_max_position_embeddings")
     ap.add_argument("--rope-dims", type=int, default=0, help="rotary dimensions per head (0: all)")
     args = ap.parse_args()
@@ -60,7 +64,7 @@ def main():
     layers = int(kv["llama.block_count"])
 
     w = gguf.GGUFWriter(args.output, "phi3")
-    w.add_context_length(args.context)
+    w.add_context_length(args.context_length or args.context)
     w.add_rope_scaling_orig_ctx_len(args.original_context)
     w.add_embedding_length(dim)
     w.add_feed_forward_length(int(kv["llama.feed_forward_length"]))
