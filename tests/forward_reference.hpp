@@ -43,18 +43,21 @@ inline void rmsnorm_ref(double* x, const std::vector<float>& w, size_t n, double
 }
 
 // local: a sliding-window layer (Gemma 3's own base, unscaled, when rope_theta_local is set).
+// Only the first rotary_dims() coordinates turn (Phi-4-mini's partial rotary), times
+// rope_attn_factor (LongRoPE's magnitude), each pair's frequency divided by its factor (Llama 3's
+// rope_freqs, or the LongRoPE set chosen).
 inline void rope_ref(double* head, const ModelConfig& c, size_t pos, bool local = false) {
-  const int half = c.head_dim / 2;
+  const int rotary = c.rotary_dims(), half = rotary / 2;
   const bool own_base = local && c.rope_theta_local > 0.0f;
   for (int i = 0; i < half; ++i) {
-    double freq = std::pow(static_cast<double>(own_base ? c.rope_theta_local : c.rope_theta), -2.0 * i / c.head_dim);
+    double freq = std::pow(static_cast<double>(own_base ? c.rope_theta_local : c.rope_theta), -2.0 * i / rotary);
     if (!own_base && !c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
-    const double a = static_cast<double>(pos) * freq;
+    const double a = static_cast<double>(pos) * freq, m = c.rope_attn_factor;
     const int p0 = c.rope_neox ? i : 2 * i;
     const int p1 = c.rope_neox ? i + half : 2 * i + 1;
     const double v0 = head[p0], v1 = head[p1];
-    head[p0] = v0 * std::cos(a) - v1 * std::sin(a);
-    head[p1] = v0 * std::sin(a) + v1 * std::cos(a);
+    head[p0] = m * (v0 * std::cos(a) - v1 * std::sin(a));
+    head[p1] = m * (v0 * std::sin(a) + v1 * std::cos(a));
   }
 }
 

@@ -203,6 +203,7 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
   const ModelConfig& mc = model.config;
   const int ctx = options.ctx > 0 ? options.ctx : mc.seq_len;
   if (ctx < 2) throw Error(fmt::format("eval: context {} is too short (at least 2 positions)", ctx));
+  check_rope_factors_for(mc, ctx, "eval");
   if (options.max_chunk < 1) throw Error("eval: max_chunk must be at least 1");
   if (configs.empty()) throw Error("eval: no configurations");
   std::span<const int> tokens = text_tokens;

@@ -69,14 +69,49 @@ void ModelConfig::validate() const {
   check_factor("rope_theta_local", rope_theta_local, true);
   check_factor("residual_scale", residual_scale, false);
   check_factor("logit_scale", logit_scale, false);
-  if (!rope_freq_factors.empty()) {
-    if (static_cast<int>(rope_freq_factors.size()) != head_dim / 2) {
-      throw Error(fmt::format("model config: {} rope frequency factors for head_dim {} (need {})",
-                              rope_freq_factors.size(), head_dim, head_dim / 2));
+  validate_rope();
+}
+
+void ModelConfig::validate_rope() const {
+  check_range("rope_dims", rope_dims, 0, head_dim);
+  if (rope_dims % 2 != 0) throw Error(fmt::format("model config: rope_dims {} is odd (RoPE rotates pairs)", rope_dims));
+  if (!(rope_attn_factor > 0.0f && std::isfinite(rope_attn_factor))) {
+    throw Error(fmt::format("model config: rope_attn_factor {} must be finite and > 0", rope_attn_factor));
+  }
+  const auto check_factors = [&](const char* what, const std::vector<float>& factors) {
+    if (factors.empty()) return;
+    if (static_cast<int>(factors.size()) != rotary_dims() / 2) {
+      throw Error(fmt::format("model config: {} {} for {} rotary dimensions (need {})", factors.size(), what,
+                              rotary_dims(), rotary_dims() / 2));
     }
-    for (const float f : rope_freq_factors) {
-      if (!(f > 0.0f && std::isfinite(f))) throw Error(fmt::format("model config: rope frequency factor {} not positive", f));
+    for (const float f : factors) {
+      if (!(f > 0.0f && std::isfinite(f))) throw Error(fmt::format("model config: {}: {} is not finite and > 0", what, f));
     }
+  };
+  check_factors("rope frequency factors", rope_freq_factors);
+  check_factors("LongRoPE long factors", rope_factors_long);
+  check_factors("LongRoPE short factors", rope_factors_short);
+  if (rope_factors_long.empty() != rope_factors_short.empty()) {
+    throw Error("model config: LongRoPE needs both the long and the short factors");
+  }
+  if (!rope_factors_long.empty()) check_range("rope_original_context", rope_original_context, 1, 1 << 24);
+}
+
+std::string select_rope_factors(ModelConfig& config, int context) {
+  if (config.rope_factors_long.empty()) return "";
+  const bool long_set = context > config.rope_original_context;
+  config.rope_freq_factors = long_set ? config.rope_factors_long : config.rope_factors_short;
+  return fmt::format("LongRoPE: context {} {} the original {}: {} factors, attention factor {:.4f}", context,
+                     long_set ? ">" : "<=", config.rope_original_context, long_set ? "long" : "short",
+                     config.rope_attn_factor);
+}
+
+void check_rope_factors_for(const ModelConfig& config, int context, const std::string& who) {
+  if (config.rope_factors_long.empty()) return;
+  const bool long_set = context > config.rope_original_context;
+  if (config.rope_freq_factors != (long_set ? config.rope_factors_long : config.rope_factors_short)) {
+    throw Error(fmt::format("{}: context {} takes the LongRoPE {} factors, but the model holds the other set "
+                            "(call select_rope_factors for this context)", who, context, long_set ? "long" : "short"));
   }
 }
 

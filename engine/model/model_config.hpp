@@ -25,8 +25,20 @@ struct ModelConfig {
   // true: rotate the two halves (x[i], x[i + head_dim/2]) as GPT-NeoX and Qwen do.
   bool rope_neox = false;
   // Llama 3 frequency scaling: per rotary pair i, its frequency is divided by
-  // rope_freq_factors[i] (GGUF keeps them in the rope_freqs.weight tensor). Empty: none.
+  // rope_freq_factors[i] (GGUF keeps them in the rope_freqs.weight tensor). Empty: none. With
+  // LongRoPE, the set select_rope_factors chose.
   std::vector<float> rope_freq_factors;
+  // Partial rotary (Phi-4-mini): RoPE turns the first rope_dims coordinates of each head and
+  // passes the rest through; the frequencies' exponent is over rope_dims. 0: all of head_dim.
+  int rope_dims = 0;
+  // The rotated coordinates of q and k times this (GGUF rope.scaling.attn_factor; LongRoPE's
+  // sqrt(1 + ln(scale) / ln(original context)); ggml_rope_ext's attn_factor). 1: none.
+  float rope_attn_factor = 1.0f;
+  // LongRoPE (Phi-3-128k, Phi-3.5-mini, Phi-4-mini): two sets of per-pair frequency divisors,
+  // rope_factors_long for a context longer than rope_original_context, else rope_factors_short,
+  // as llama.cpp chooses by its n_ctx. Empty: none.
+  std::vector<float> rope_factors_long, rope_factors_short;
+  int rope_original_context = 0;
   bool qkv_bias = false;         // Qwen2: biases on the q, k, v projections
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   bool qk_norm_whole = false;    // OLMo 2: the q/k norms span the whole projection (q_dim, kv_dim)
@@ -58,6 +70,7 @@ struct ModelConfig {
   int eos_id = 2;
 
   int q_dim() const { return n_heads * head_dim; }
+  int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   // Feed-forward blocks per layer: the experts, or the one dense SwiGLU.
   int ffn_blocks() const { return n_experts > 0 ? n_experts : 1; }
@@ -67,11 +80,21 @@ struct ModelConfig {
 
   // Throws turbokv::Error naming the first field out of range or inconsistent.
   void validate() const;
+  void validate_rope() const;  // the RoPE fields' part of validate()
 };
 
 // The architectures (GGUF general.architecture) the decoder runs.
 inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, olmo2, granite, phi3";
 bool architecture_supported(const std::string& arch);
+
+// LongRoPE's choice for a model run with `context` positions per sequence (generate: the model's
+// seq_len; eval: its --ctx; serve: its context per sequence): rope_freq_factors becomes the long
+// set when context > rope_original_context, else the short one (llama.cpp: n_ctx_seq >
+// n_ctx_orig_yarn). Returns the line to log, or "" for a model without LongRoPE (unchanged).
+std::string select_rope_factors(ModelConfig& config, int context);
+// Throws turbokv::Error, naming `who`, unless the LongRoPE set in use is select_rope_factors'
+// choice for `context` (a model prepared for one context and run with another: wrong factors).
+void check_rope_factors_for(const ModelConfig& config, int context, const std::string& who);
 
 // Llama 3's rope scaling (Meta's reference apply_scaling): factors for each of head_dim / 2
 // rotary pairs, computed from the scaling parameters of the model's config.json. What

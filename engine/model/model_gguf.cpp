@@ -1,6 +1,6 @@
 // GGUF -> Model: llama.cpp's metadata keys and tensor names for the llama, qwen2, qwen3, qwen3moe,
 // gemma2, gemma3, olmo2, granite and phi3 architectures (phi3: fused q/k/v and gate/up tensors, read as
-// row blocks of one matrix). llama.cpp stores Llama's and Granite's q/k weights in
+// row blocks of one matrix; LongRoPE factors and partial rotary). llama.cpp stores Llama's and Granite's q/k weights in
 // Meta's layout (RoPE on adjacent pairs) and the others' unpermuted (RoPE on halves, NeoX
 // style), so the rotation follows the arch (llama.cpp's llama_model_rope_type). llama.cpp's converter already adds Gemma's 1 to its RMSNorm
 // weights, so they are read as they are, as llama.cpp's runtime does.
@@ -117,6 +117,36 @@ void read_gemma(const GgufFile& g, const std::string& p, ModelConfig& c) {
   }
 }
 
+// A LongRoPE factor set: rotary_dims / 2 divisors, each finite and > 0, named in the error.
+std::vector<float> load_rope_factors(const GgufFile& g, const std::string& name, const ModelConfig& c) {
+  std::vector<float> factors = load_vector(g, name, c.rotary_dims() / 2);
+  for (size_t i = 0; i < factors.size(); ++i) {
+    if (!(factors[i] > 0.0f && std::isfinite(factors[i]))) {
+      throw Error(fmt::format("GGUF '{}': tensor {}[{}] = {} (rope factors must be finite and > 0)", g.path(), name, i,
+                              factors[i]));
+    }
+  }
+  return factors;
+}
+
+// LongRoPE, as llama.cpp's converter writes it (Phi-3-128k, Phi-3.5-mini, Phi-4-mini): both
+// factor sets as tensors, the original context as rope.scaling.original_context_length (absent:
+// the trained context, as llama.cpp), the magnitude as rope.scaling.attn_factor (read for every
+// architecture by load_gguf). The set in use is chosen by the context: select_rope_factors.
+void read_longrope(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  const bool has_long = g.find_tensor("rope_factors_long.weight") != nullptr;
+  const bool has_short = g.find_tensor("rope_factors_short.weight") != nullptr;
+  if (!has_long && !has_short) return;
+  if (has_long != has_short) {
+    throw Error(fmt::format("GGUF '{}': LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight",
+                            g.path()));
+  }
+  c.rope_factors_long = load_rope_factors(g, "rope_factors_long.weight", c);
+  c.rope_factors_short = load_rope_factors(g, "rope_factors_short.weight", c);
+  const std::string original = p + "rope.scaling.original_context_length";
+  c.rope_original_context = g.has(original) ? checked_int(g, original, 1, 1 << 24) : c.seq_len;
+}
+
 // Phi-3's sliding window: the file's key (0: none, as Phi-4 writes it), else llama.cpp's defaults
 // for the files written before the key existed (llama_model::load_hparams).
 void read_phi3(const GgufFile& g, const std::string& p, ModelConfig& c) {
@@ -131,9 +161,19 @@ void read_phi3(const GgufFile& g, const std::string& p, ModelConfig& c) {
   } else {
     throw Error(fmt::format("GGUF '{}': phi3 file without {}attention.sliding_window", g.path(), p));
   }
-  if (g.find_tensor("rope_factors_long.weight") != nullptr || g.find_tensor("rope_factors_short.weight") != nullptr) {
-    throw Error(fmt::format("GGUF '{}': phi3 LongRoPE factors (rope_factors_long/short) are not supported", g.path()));
+  read_longrope(g, p, c);
+}
+
+// rope.dimension_count: the head size, or (phi3: Phi-4-mini's partial rotary) an even count below it.
+void read_rope_dims(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  const std::string key = p + "rope.dimension_count";
+  if (!g.has(key) || g.get_int(key) == c.head_dim) return;
+  if (c.arch != "phi3") {
+    throw Error(fmt::format("GGUF '{}': {} {} is not the head size {} (partial RoPE is supported for phi3 only)",
+                            g.path(), key, g.get_int(key), c.head_dim));
   }
+  c.rope_dims = checked_int(g, key, 2, c.head_dim);
+  if (c.rope_dims % 2 != 0) throw Error(fmt::format("GGUF '{}': {} {} is odd", g.path(), key, c.rope_dims));
 }
 
 // Rows [first, first + rows) of m: a view into the same memory (llama.cpp's fused tensors).
@@ -235,13 +275,11 @@ Model load_gguf(const std::string& path) {
     throw Error(fmt::format("GGUF '{}': {}attention.value_length differs from key_length {} (unsupported)", path, p,
                             c.head_dim));
   }
-  if (g.has(p + "rope.dimension_count") && g.get_int(p + "rope.dimension_count") != c.head_dim) {
-    throw Error(fmt::format("GGUF '{}': {}rope.dimension_count {} is not the head size {} (partial RoPE is not "
-                            "supported)", path, p, g.get_int(p + "rope.dimension_count"), c.head_dim));
-  }
+  read_rope_dims(g, p, c);
   c.seq_len = g.has(p + "context_length") ? checked_int(g, p + "context_length", 1, 1 << 24) : 2048;
   c.norm_eps = static_cast<float>(g.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_theta = static_cast<float>(g.get_float_or(p + "rope.freq_base", 10000.0));
+  c.rope_attn_factor = static_cast<float>(g.get_float_or(p + "rope.scaling.attn_factor", 1.0));
   c.rope_neox = arch != "llama" && arch != "granite";
   c.qkv_bias = arch == "qwen2";
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
@@ -268,16 +306,17 @@ Model load_gguf(const std::string& path) {
 
   const std::string scaling = g.get_string_or(p + "rope.scaling.type", "none");
   if (g.find_tensor("rope_freqs.weight") != nullptr) {
-    c.rope_freq_factors = load_vector(g, "rope_freqs.weight", c.head_dim / 2);
+    c.rope_freq_factors = load_vector(g, "rope_freqs.weight", c.rotary_dims() / 2);
   } else if (scaling == "linear") {
     const float factor = static_cast<float>(g.get_float(p + "rope.scaling.factor"));
     if (!(factor >= 1.0f && factor <= 1024.0f)) {
       throw Error(fmt::format("GGUF '{}': {}rope.scaling.factor {} outside [1, 1024]", path, p, factor));
     }
-    c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2), factor);
+    c.rope_freq_factors.assign(static_cast<size_t>(c.rotary_dims() / 2), factor);
   } else if (scaling != "none") {
     throw Error(fmt::format("GGUF '{}': rope scaling '{}' is not supported", path, scaling));
   }
+  select_rope_factors(c, c.seq_len);  // LongRoPE: the trained context's set until a front end runs another
   c.validate();
 
   model.token_embedding = load_matrix(g, "token_embd.weight", c.vocab_size, c.dim);

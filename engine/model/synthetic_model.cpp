@@ -151,6 +151,40 @@ ModelConfig gemma3_config(bool small) {
   return c;
 }
 
+// Phi-4-mini (config.json of microsoft/Phi-4-mini-instruct): phi3 with 3/4 of each head rotating
+// and LongRoPE past 4,096 positions. The factor values are stand-ins of the right count (long
+// ones rising to 32, short ones near 1), set to the long set as load_model sets a 128K file's;
+// they change the angles, not the cost of a step.
+ModelConfig phi4_mini_config() {
+  ModelConfig c;
+  c.arch = "phi3";
+  c.dim = 3072;
+  c.hidden_dim = 8192;
+  c.n_layers = 32;
+  c.n_heads = 24;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;
+  c.rope_dims = 96;  // partial_rotary_factor 0.75
+  c.vocab_size = 200064;
+  c.seq_len = 131072;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.rope_neox = true;
+  c.tied_embeddings = true;
+  c.bos_id = 199999;
+  c.eos_id = 200020;
+  c.sliding_window = 262144;
+  c.rope_original_context = 4096;
+  c.rope_attn_factor = static_cast<float>(std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)));
+  for (int i = 0; i < c.rope_dims / 2; ++i) {
+    const float t = static_cast<float>(i) / static_cast<float>(c.rope_dims / 2 - 1);
+    c.rope_factors_long.push_back(1.0f + 31.0f * t * t);
+    c.rope_factors_short.push_back(1.0f + 0.05f * t);
+  }
+  select_rope_factors(c, c.seq_len);
+  return c;
+}
+
 size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
@@ -161,7 +195,7 @@ size_t physical_memory_bytes() {
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
-  return {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-30b-a3b-16e", "gemma3-1b", "gemma3-4b"};
+  return {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-30b-a3b-16e", "gemma3-1b", "gemma3-4b", "phi-4-mini"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name) {
@@ -207,6 +241,8 @@ ModelConfig synthetic_model_config(const std::string& name) {
     c.tied_embeddings = false;
   } else if (name == "gemma3-1b" || name == "gemma3-4b") {
     c = gemma3_config(name == "gemma3-1b");
+  } else if (name == "phi-4-mini") {
+    c = phi4_mini_config();
   } else {
     throw Error(fmt::format("unknown synthetic model '{}' (known: {})", name, fmt::join(synthetic_model_names(), ", ")));
   }

@@ -19,7 +19,8 @@
 // sliding-window layers (config.layer_slides) attend only their window, with their own RoPE
 // base in Gemma 3; Gemma 2 soft-caps its attention logits. OLMo 2 has post-norms but no
 // pre-norms, and its q/k norms span the whole projections. Granite scales its embedding,
-// residual adds, q.k and logits. Phi-3's fused tensors are split at load (model_gguf.cpp).
+// residual adds, q.k and logits. Phi-3's fused tensors are split at load (model_gguf.cpp); its
+// LongRoPE factors, magnitude and partial rotary are ops::Rope's (forward_ops.hpp).
 //
 // Each variation has one home in decoder.cpp: the norm (norm_rows; whether a block's input is
 // normed at all: block_input), what is done to q and k before attention (bias, QK norm:

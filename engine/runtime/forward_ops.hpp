@@ -51,17 +51,20 @@ inline void to_token_major(const float* in, int n, int heads, int head_dim, floa
   }
 }
 
-// Rotary position embedding with the model's frequencies (and any Llama 3 scaling). local: a
-// sliding-window layer's, with rope_theta_local and no scaling when the model sets it (Gemma 3).
+// Rotary position embedding with the model's frequencies (and any Llama 3 or LongRoPE factors),
+// over the first rotary_dims() coordinates of each head (the rest pass through, as ggml_rope_ext
+// leaves them), the rotated ones times rope_attn_factor. local: a sliding-window layer's, with
+// rope_theta_local and no scaling when the model sets it (Gemma 3).
 class Rope {
  public:
-  explicit Rope(const ModelConfig& c, bool local = false) : head_dim_(c.head_dim), neox_(c.rope_neox) {
+  explicit Rope(const ModelConfig& c, bool local = false)
+      : head_dim_(c.head_dim), rotary_(c.rotary_dims()), neox_(c.rope_neox), magnitude_(c.rope_attn_factor) {
     const bool own_base = local && c.rope_theta_local > 0.0f;
     const float theta = own_base ? c.rope_theta_local : c.rope_theta;
     // Same float arithmetic as llama2.c (powf in float), so its checkpoints reproduce exactly.
-    inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
-    for (int i = 0; i < c.head_dim / 2; ++i) {
-      float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    inv_freq_.resize(static_cast<size_t>(rotary_ / 2));
+    for (int i = 0; i < rotary_ / 2; ++i) {
+      float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rotary_));
       if (!own_base && !c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[static_cast<size_t>(i)];
       inv_freq_[static_cast<size_t>(i)] = freq;
     }
@@ -69,13 +72,13 @@ class Rope {
 
   // Rotates n_heads heads of vec (head-contiguous) for position pos.
   void apply(float* vec, int n_heads, size_t pos) const {
-    const int half = head_dim_ / 2;
+    const int half = rotary_ / 2;
     const float p = static_cast<float>(pos);
     for (int i = 0; i < half; ++i) {
       const float angle = p * inv_freq_[static_cast<size_t>(i)];
-      const float c = std::cos(angle);
-      const float s = std::sin(angle);
-      // Adjacent pairs (2i, 2i+1) for llama; halves (i, i + hd/2) for NeoX-style models.
+      const float c = std::cos(angle) * magnitude_;
+      const float s = std::sin(angle) * magnitude_;
+      // Adjacent pairs (2i, 2i+1) for llama; halves of the rotary part (i, i + rotary/2) for NeoX-style models.
       const int a = neox_ ? i : 2 * i;
       const int b = neox_ ? i + half : 2 * i + 1;
       for (int h = 0; h < n_heads; ++h) {
@@ -90,7 +93,9 @@ class Rope {
 
  private:
   int head_dim_;
+  int rotary_;       // leading coordinates of a head that rotate
   bool neox_;
+  float magnitude_;  // rope_attn_factor
   std::vector<float> inv_freq_;  // per rotary pair, after any frequency scaling
 };
 

@@ -76,7 +76,11 @@ uint64_t model_fingerprint(const engine::Model& model) {
       add_value(out, v);
     }
   }
-  add_floats(out, c.rope_freq_factors);
+  add_floats(out, c.rope_freq_factors);  // LongRoPE: the set chosen for the server's context
+  if (c.rope_dims != 0 || c.rope_attn_factor != 1.0f) {  // (only when set, as above)
+    add_value(out, c.rope_dims);
+    add_value(out, c.rope_attn_factor);
+  }
   add_matrix(out, model.token_embedding);
   add_matrix(out, model.output);
   add_floats(out, model.final_norm);

@@ -67,12 +67,12 @@ CacheConfig with_pages(CacheConfig config, size_t page_tokens) {
   return config;
 }
 
-int context_of(const engine::Model& model, int ctx) {
+}  // namespace
+
+int Scheduler::context_for(const engine::Model& model, int ctx) {
   if (ctx < 0) throw Error(fmt::format("--ctx must be >= 0, got {}", ctx));
   return ctx == 0 ? model.config.seq_len : std::min(ctx, model.config.seq_len);
 }
-
-}  // namespace
 
 Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokenizer, SchedulerOptions options)
     : model_(model),
@@ -97,7 +97,7 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
         options.cache = with_pages(options.cache, options.page_tokens);
         return options;
       }()),
-      ctx_(context_of(model, options_.ctx)),
+      ctx_(context_for(model, options_.ctx)),
       footprint_(options_.cache, model.config.n_layers, model.config.n_kv_heads, model.config.head_dim,
                  static_cast<size_t>(ctx_), options_.chunk_tokens),
       impl_(std::make_unique<Impl>(model, options_.threads, options_.page_tokens)) {
@@ -105,6 +105,7 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
     throw Error(fmt::format("--kv-budget {} bytes holds not even one sequence of {} tokens ({} bytes)",
                             options_.kv_budget, options_.page_tokens + 1, footprint_.reservation(options_.page_tokens + 1)));
   }
+  engine::check_rope_factors_for(model.config, ctx_, "serve");
   metrics_.kv_budget = options_.kv_budget;
   if (options_.prefix_store) {
     shared_ = std::make_unique<SharedPrefixes>(options_.prefix_store, model, options_.cache, options_.page_tokens);

@@ -148,6 +148,9 @@ class Scheduler {
   SchedulerMetrics metrics() const;
   const SchedulerOptions& options() const { return options_; }
   int context() const { return ctx_; }
+  // The context per sequence for SchedulerOptions::ctx (0: the model's seq_len; capped by it).
+  // A LongRoPE model must have its factors selected for it (engine::select_rope_factors).
+  static int context_for(const engine::Model& model, int ctx);
   // Bytes reserved for a sequence growing to n tokens.
   size_t reservation(size_t n_tokens) const { return footprint_.reservation(n_tokens); }
   const KvFootprint& footprint() const { return footprint_; }

@@ -76,6 +76,13 @@ TEST(SyntheticModel, NamedShapesAreTheRealOnes) {
   // Gemma 3 1B: 1.00 billion parameters; 4B: 3.88 billion in its language model.
   EXPECT_NEAR(synthetic_weight_bytes(synthetic_model_config("gemma3-1b"), GgmlType::F16) / 2.0, 1.000e9, 0.01e9);
   EXPECT_NEAR(synthetic_weight_bytes(synthetic_model_config("gemma3-4b"), GgmlType::F16) / 2.0, 3.88e9, 0.02e9);
+  // Phi-4-mini: 3.84 billion parameters, 96 of 128 coordinates rotating, 48 LongRoPE factors per set.
+  const ModelConfig phi = synthetic_model_config("phi-4-mini");
+  EXPECT_EQ(phi.arch, "phi3");
+  EXPECT_EQ(phi.rotary_dims(), 96);
+  EXPECT_EQ(phi.rope_freq_factors, phi.rope_factors_long);
+  EXPECT_EQ(phi.rope_factors_short.size(), 48u);
+  EXPECT_NEAR(synthetic_weight_bytes(phi, GgmlType::F16) / 2.0, 3.84e9, 0.02e9);
   EXPECT_THROW(synthetic_model_config("llama-7b"), Error);
   EXPECT_THROW(parse_synthetic_weight_type("iq2_xxs"), Error);
   EXPECT_EQ(parse_synthetic_weight_type("q5_k"), GgmlType::Q5_K);

@@ -59,7 +59,7 @@ const CommandRegistration registration{"decode-bench", [](CLI::App& app) {
   auto* model = app.add_option("--model", args->model, "model file (llama2.c .bin or GGUF)");
   auto* synthetic = app.add_option("--synthetic", args->synthetic,
                                    "random-weight model with a real shape: llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, "
-                                   "qwen3-30b-a3b-16e, gemma3-1b, gemma3-4b");
+                                   "qwen3-30b-a3b-16e, gemma3-1b, gemma3-4b, phi-4-mini");
   model->excludes(synthetic);
   app.add_option("--weights", args->weights,
                  "weight type of a synthetic model: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "

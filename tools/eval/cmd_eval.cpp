@@ -126,7 +126,9 @@ const CommandRegistration registration{"eval", [](CLI::App& app) {
   return [args] {
     if (args->text.empty() == args->ids.empty()) throw Error("eval: give --text or --ids");
     const auto specs = parse_kv_config_list(args->kv);
-    const engine::Model model = engine::load_model(engine::find_model_file(args->model));
+    engine::Model model = engine::load_model(engine::find_model_file(args->model));
+    const std::string rope = engine::select_rope_factors(model.config, args->ctx > 0 ? args->ctx : model.config.seq_len);
+    if (!rope.empty()) fmt::print(stderr, "eval: {}\n", rope);
     std::vector<int> tokens;
     if (!args->ids.empty()) {
       tokens = read_token_ids(args->ids);

@@ -55,7 +55,10 @@ std::string printable(const std::string& piece) {
 int run_generate(const GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
   const auto model_path = engine::find_model_file(a.model);
-  const engine::Model model = engine::load_model(model_path);
+  engine::Model model = engine::load_model(model_path);
+  // A session runs up to the model's context, so LongRoPE takes that context's set.
+  const std::string rope = engine::select_rope_factors(model.config, model.config.seq_len);
+  if (!rope.empty() && !a.quiet) fmt::print(stderr, "generate: {}\n", rope);
   const auto tok = engine::load_tokenizer_for_model(model, a.tokenizer);
   if (a.steps < 0) throw Error(fmt::format("-n must be >= 0, got {}", a.steps));
   engine::Sampler sampler(engine::SamplerOptions{a.temperature, a.top_p, a.seed});

@@ -142,6 +142,8 @@ int run_serve(const ServeArgs& a) {
     }
     if (model_id.empty()) model_id = std::filesystem::path(path).filename().string();
   }
+  const std::string rope = engine::select_rope_factors(model.config, server::Scheduler::context_for(model, so.ctx));
+  if (!rope.empty()) std::printf("%s\n", rope.c_str());
   server::Scheduler scheduler(model, *tokenizer, so);
   api.attach({model_id, &model, tokenizer.get(), chat_template, &scheduler});
   const size_t fp16_seq = scheduler.footprint().fp16_bytes(static_cast<size_t>(scheduler.context()));
