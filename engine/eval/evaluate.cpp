@@ -265,7 +265,7 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
     if (options.progress) options.progress(done, total_runs, "dense32 (reference)");
     for (ConfigState& s : states) {
       if (!s.row.applicable) continue;
-      PromptCache cache = make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, s.spec->config);
+      PromptCache cache = make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, s.spec->config, mc.layer_windows());
       const auto layers = layer_pointers(cache);
       logits.assign(n * vocab, 0.0f);
       (s.row.decode_steps ? stepped : chunked).run_all_logits(window, layers, logits);

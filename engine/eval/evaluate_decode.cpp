@@ -10,6 +10,7 @@
 
 #include "engine/runtime/batch_forward.hpp"
 #include "engine/runtime/forward.hpp"
+#include "turbokv/attention.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/prng.hpp"
@@ -106,13 +107,18 @@ DecodeBenchResult run_decode_bench(const Model& model, const DecodeBenchOptions&
           note(fmt::format("context {}, batch {}: filling {}", ctx, batch, spec.name));
           const auto t0 = std::chrono::steady_clock::now();
           for (size_t q = 0; q < batch; ++q) {
-            e->caches.push_back(make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, spec.config));
+            e->caches.push_back(make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, spec.config, mc.layer_windows()));
             std::vector<KVCache*> layers;
             for (size_t l = 0; l < e->caches.back().n_layers(); ++l) layers.push_back(&e->caches.back().layer(l));
             for (size_t filled = 0; filled < ctx;) {
               const size_t n = std::min(block.n_tokens, ctx - filled);
               append_prefix(block, n, layers, k_scratch, v_scratch);
               filled += n;
+              // Sliding layers free behind their window as the decoder's would (a ring).
+              for (size_t l = 0; l < layers.size(); ++l) {
+                const size_t w = mc.layer_window(static_cast<int>(l));
+                if (w > 0) layers[l]->drop_before(sliding_window_keep_from(filled, w));
+              }
             }
             e->row.kv_bytes += e->caches.back().nbytes();
             e->layers.push_back(std::move(layers));

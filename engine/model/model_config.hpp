@@ -77,6 +77,14 @@ struct ModelConfig {
   bool layer_slides(int layer) const {
     return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
   }
+  // The positions layer l attends back: sliding_window for a sliding layer, 0 (all) otherwise;
+  // what the decoder masks and frees behind (a ring), and what the server's KV budget counts.
+  size_t layer_window(int layer) const { return layer_slides(layer) ? static_cast<size_t>(sliding_window) : 0; }
+  std::vector<size_t> layer_windows() const {
+    std::vector<size_t> windows(static_cast<size_t>(n_layers));
+    for (int l = 0; l < n_layers; ++l) windows[static_cast<size_t>(l)] = layer_window(l);
+    return windows;
+  }
 
   // Throws turbokv::Error naming the first field out of range or inconsistent.
   void validate() const;

@@ -154,9 +154,12 @@ void Decoder::attend_run(const TokenRun& run, int l, size_t first_row) {
   options.threads = attention_threads_;
   options.scale = c.attention_scale;
   options.softcap = c.attn_softcap;
-  if (c.layer_slides(l)) options.window = static_cast<size_t>(c.sliding_window);
+  options.window = c.layer_window(l);
   attend(std::span<const float>(q_heads_.data(), q_count), c.n_heads, n, cache,
          std::span<float>(att_heads_.data(), q_count), options);
+  // A sliding-window layer keeps only what its later queries can see: a ring of pages, the
+  // oldest freed as it slides (bit-identical attention; docs/architecture.md, Sliding windows).
+  if (options.window > 0) cache.drop_before(sliding_window_keep_from(cache.size(), options.window));
   ops::to_token_major(att_heads_.data(), n, c.n_heads, hd, att_.data() + first_row * q_dim);
 }
 

@@ -66,7 +66,14 @@ void attend_reference(std::span<const float> queries, int n_q_heads, int n_queri
                       size_t n_tokens, int head_dim, std::span<float> out,
                       const AttentionOptions& options = {});
 
-// Throws turbokv::Error unless the request fits the cache.
+// The oldest position a sliding-window layer must still hold for queries at positions >=
+// `next_query`: the window's start rounded down to the attention engine's block of keys (the
+// engine reads whole blocks and masks the tokens before a window). A cache may free everything
+// before it (KVCache::drop_before) and attention over it stays bit-identical. window 0: 0.
+size_t sliding_window_keep_from(size_t next_query, size_t window);
+
+// Throws turbokv::Error unless the request fits the cache (and, for a cache that no longer
+// holds its oldest positions, unless the request's window leaves them unread).
 void validate_attention_request(const AttentionRequest& request, const KVCache& cache);
 
 }  // namespace turbokv

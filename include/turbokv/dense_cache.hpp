@@ -8,8 +8,10 @@
 //   rows hold data. Every head slab starts 64-byte aligned (slab stride: page_tokens * head_dim
 //   * element_size rounded up to 64 bytes). Every page but the last is full.
 //
-// Memory accounting: nbytes() == size() * kv_heads * head_dim * 2 * element_size, i.e. the
-// bytes of the stored keys and values themselves. The unused tail of the last page is
+// Memory accounting: nbytes() == (tokens in held pages) * kv_heads * head_dim * 2 * element_size,
+// i.e. the bytes of the stored keys and values themselves (size() tokens unless drop_before()
+// freed pages at the front: a sliding-window layer's ring; freed pages are null in the page
+// table, so page p still holds positions [p * page_tokens, ...)). The unused tail of the last page is
 // allocated but is not data; allocated_bytes() reports the page memory including it.
 //
 // Cost: append is amortized O(1) per token and never copies stored data (a new page is
@@ -69,6 +71,8 @@ class DenseKVCache : public KVCache {
   size_t trim(size_t n) override;
   size_t nbytes() const override;
   CacheState save_state() const override;
+  size_t first_held() const override { return first_held_; }
+  size_t drop_before(size_t position) override;
 
   // Rebuilds a cache from save_state() output; throws turbokv::Error on any inconsistency.
   static std::unique_ptr<DenseKVCache> from_state(const CacheState& state);
@@ -77,7 +81,8 @@ class DenseKVCache : public KVCache {
   void append_half(std::span<const uint16_t> keys, std::span<const uint16_t> values,
                    size_t n_tokens, HalfFormat format);
 
-  // Tokens [first, first + count) of every head as float32, [kv_heads][count][head_dim].
+  // Tokens [first, first + count) of every head as float32, [kv_heads][count][head_dim];
+  // throws for positions before first_held().
   void fetch_range(size_t first, size_t count, std::span<float> keys,
                    std::span<float> values) const;
 
@@ -86,7 +91,8 @@ class DenseKVCache : public KVCache {
   DenseDtype dtype() const { return dtype_; }
   size_t element_size() const { return dtype_ == DenseDtype::f16 ? 2 : 4; }
   size_t tokens_in_page(size_t page) const;
-  // -> [page_tokens][head_dim] elements (uint16_t fp16 bits or float); throws on a bad index.
+  // -> [page_tokens][head_dim] elements (uint16_t fp16 bits or float); throws on a bad index or
+  // a page freed by drop_before().
   const void* key_page(size_t page, int head) const;
   const void* value_page(size_t page, int head) const;
 
@@ -97,7 +103,8 @@ class DenseKVCache : public KVCache {
  private:
   struct Page;
   void check_finite(std::span<const float> data, const char* what) const;
-  void add_page();
+  // Allocates page `page` (appended, or one drop_before() freed that a trim and append refill).
+  void ensure_page(size_t page);
   uint8_t* slab(size_t page, int head, bool value) const;
 
   int kv_heads_;
@@ -105,6 +112,7 @@ class DenseKVCache : public KVCache {
   DenseDtype dtype_;
   size_t page_tokens_;
   size_t size_ = 0;
+  size_t first_held_ = 0;
   bool allow_non_finite_ = false;
   std::vector<std::unique_ptr<Page>> pages_;
 };

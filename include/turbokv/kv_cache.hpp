@@ -45,8 +45,21 @@ class KVCache {
   virtual std::string class_name() const = 0;
   virtual int kv_heads() const = 0;
   virtual int head_dim() const = 0;
-  // Number of tokens held.
+  // Number of positions appended (minus those trimmed). Positions keep their absolute numbers:
+  // after drop_before() the oldest ones are no longer held, but still counted here.
   virtual size_t size() const = 0;
+  // Positions [0, first_held()) are no longer held (a sliding-window layer's ring, drop_before);
+  // 0 for a cache that holds every position. fetch() writes zeros for them, and attention that
+  // would read one of them is refused (validate_attention_request).
+  virtual size_t first_held() const { return 0; }
+  // Frees the storage of positions before `position` in whole pages (a page is freed only when
+  // every position it holds is older), so a sliding-window layer holds about its window however
+  // long the sequence grows; returns first_held(). Attention results over the positions still
+  // held are bit-identical. Classes without pages keep everything (the default: returns 0).
+  virtual size_t drop_before(size_t position) {
+    (void)position;
+    return first_held();
+  }
 
   // Appends n_tokens tokens; keys and values are [kv_heads][n_tokens][head_dim].
   // Throws turbokv::Error on a size mismatch or (by default) NaN/Inf input.
@@ -54,7 +67,8 @@ class KVCache {
                       size_t n_tokens) = 0;
   // Writes the whole cache, dequantized, as [kv_heads][size()][head_dim] each.
   virtual void fetch(std::span<float> keys, std::span<float> values) const = 0;
-  // Drops the newest n tokens (at most size()); returns how many were dropped.
+  // Drops the newest n tokens (at most size()); returns how many were dropped. Trimming below
+  // first_held() lowers first_held() to size(): the dropped positions do not come back.
   virtual size_t trim(size_t n) = 0;
   // Exact bytes held by the cache's data (codes, norms, scales, windows), not scratch.
   virtual size_t nbytes() const = 0;

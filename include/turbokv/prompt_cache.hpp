@@ -9,7 +9,8 @@
 //   "turboquant:bits=4,window=32,sinks=1,exact=f16"  (sinks and window stored in fp16)
 //   "q8_0:hadamard=1"             (options of other classes go to CacheConfig.options)
 //   "turboquant:key_bits=3,value_bits=3,layer_bits=0k4v4;-1k4v3"  (per-layer widths, below)
-// Common keys: page_tokens (both built-ins), dense_layers=0;31 (layers kept dense).
+// Common keys: page_tokens (both built-ins), dense_layers=0;31 (layers kept dense),
+// sliding=dense|same (how sliding-window layers are stored, below).
 //
 // Thread-safety: these functions are pure (make_kv_cache reads the registry under its lock).
 #pragma once
@@ -48,6 +49,12 @@ struct CacheConfig {
   // entries win when two name the same layer). Each layer's cache stores its own widths, so a
   // saved file needs nothing more to decode.
   std::vector<LayerBits> layer_bits;
+  // How a sliding-window layer is stored (layer_cache_config with the layer's window > 0; it
+  // keeps only its window, a ring of pages): "dense" (the default), a DenseKVCache of dense_dtype,
+  // exact, since a window of 512-4096 positions is small next to a long context's global layers
+  // (docs/architecture.md, Sliding windows); "same": the configuration's own kind, as the global
+  // layers (TurboQuant compresses the window too).
+  std::string sliding = "dense";
 };
 
 // Parses "kind[:key=value,...]"; throws turbokv::Error on an unknown key or a bad value.
@@ -62,12 +69,16 @@ using CacheMaker =
 void register_cache_maker(const std::string& kind, CacheMaker maker);
 std::unique_ptr<KVCache> make_kv_cache(int kv_heads, int head_dim, const CacheConfig& config);
 
-// The configuration of layer `layer` of n_layers: a dense one for config.dense_layers, the
-// layer's widths from config.layer_bits, without the per-layer lists. Throws turbokv::Error
-// for a layer index outside the model (either list).
-CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers);
+// The configuration of layer `layer` of n_layers: a dense one for config.dense_layers, and for a
+// sliding-window layer (window > 0: the positions it attends back) unless config.sliding is
+// "same", the layer's widths from config.layer_bits, without the per-layer lists. The one place
+// a layer's kind chooses its cache. Throws turbokv::Error for a layer index outside the model
+// (either list).
+CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers, size_t window = 0);
 
-// n_layers empty caches, each built from layer_cache_config.
-PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config);
+// n_layers empty caches, each built from layer_cache_config; layer_windows[l] is layer l's
+// sliding window (0: global; empty: no layer slides; engine::ModelConfig::layer_windows()).
+PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config,
+                              const std::vector<size_t>& layer_windows = {});
 
 }  // namespace turbokv

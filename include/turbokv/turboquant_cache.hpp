@@ -31,7 +31,7 @@
 //
 // Memory accounting (nbytes(), exact, what the cache holds; scratch, the shared codebooks and
 // rotation matrices excluded):
-//   nbytes = kv_heads * ( compressed_size() * (key_code_size() + value_code_size())
+//   nbytes = kv_heads * ( held compressed tokens * (key_code_size() + value_code_size())
 //                         + (n_sinks() + window_size()) * head_dim * e * 2   (e: 4, or 2 for f16)
 //                         + (centered and compressed_size() > 0 ? head_dim * 4 * 2 : 0) ).
 // With mse codecs and fp16 norms, code_size = ceil(head_dim*bits/8) + 2 (per group packing, see
@@ -131,6 +131,10 @@ class TurboQuantKVCache : public KVCache {
   size_t trim(size_t n) override;
   size_t nbytes() const override;
   CacheState save_state() const override;
+  // A sliding-window ring frees whole compressed pages (sinks and the exact window stay); the
+  // first position held is then that of the first compressed page still held.
+  size_t first_held() const override { return first_held_; }
+  size_t drop_before(size_t position) override;
 
   // Rebuilds a cache from save_state() output bit-exactly; verifies the codebook and rotation
   // checksums so a file decodes identically; throws turbokv::Error on any inconsistency.
@@ -155,6 +159,7 @@ class TurboQuantKVCache : public KVCache {
   const uint16_t* window_values_f16(int head) const;
   bool exact_f16() const { return options_.exact_dtype == DenseDtype::f16; }
 
+  // Compressed pages, including those drop_before() freed (null: key_codes() throws for them).
   size_t num_pages() const { return pages_.size(); }
   size_t page_tokens() const { return options_.page_tokens; }
   size_t tokens_in_page(size_t page) const;
@@ -188,7 +193,12 @@ class TurboQuantKVCache : public KVCache {
   void compress(const float* keys, const float* values, size_t head_stride, size_t count);
   void push_window(const float* keys, const float* values, size_t head_stride, size_t count);
   void evict_window(size_t count);
-  void add_page();
+  // Allocates compressed page `page` (appended, or a freed one that a trim and append refill).
+  void ensure_page(size_t page);
+  // The page table's length (new entries null: pages not held).
+  void resize_pages(size_t n);
+  // Compressed tokens no longer held (in the freed pages at the front).
+  size_t dropped_compressed() const;
   void append_checked(const float* keys, const float* values, size_t n_tokens);
   // Encodes n rows (keys or values of one head) into out, minus the head's mean if centering.
   void encode_rows(bool value, int head, const float* x, size_t n, uint8_t* out) const;
@@ -206,6 +216,7 @@ class TurboQuantKVCache : public KVCache {
   size_t n_sinks_ = 0;
   size_t compressed_size_ = 0;
   size_t window_size_ = 0;
+  size_t first_held_ = 0;       // drop_before(): positions [n_sinks_, first_held_) are freed
   size_t window_start_ = 0;     // first window token's slot in the window buffers
   size_t window_capacity_ = 0;  // slots per head in the window buffers (grown on demand)
   std::vector<float> sink_buf_[2];    // [keys|values] -> [kv_heads][options.sinks][head_dim]

@@ -80,7 +80,8 @@ class PyModel {
       throw Error(fmt::format("the prompt needs {} positions; the model's context is {} (the prompt and at least one "
                               "generated token must fit)", ids.size(), c.seq_len));
     }
-    engine::Session session(model_, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config), *pool_);
+    engine::Session session(model_, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config, c.layer_windows()),
+                            *pool_);
     std::string text;
     if (echo) {
       for (size_t i = 1; i < ids.size(); ++i) text += printable(tokenizer_->decode(ids[i - 1], ids[i]));
@@ -106,7 +107,7 @@ class PyModel {
     }
     const CacheConfig config = cache_config(kv);
     std::lock_guard lock(run_mutex_);
-    auto prompt = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config);
+    auto prompt = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config, c.layer_windows());
     std::vector<KVCache*> layers;
     for (size_t i = 0; i < prompt.n_layers(); ++i) layers.push_back(&prompt.layer(i));
     engine::Forward forward(model_, *pool_);

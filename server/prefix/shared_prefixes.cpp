@@ -113,9 +113,10 @@ SharedPrefixes::SharedPrefixes(std::shared_ptr<PrefixStore> store, const engine:
   id_.model = model_fingerprint(model);
   id_.config = cache_config_hash(config);
   id_.block_tokens = static_cast<uint32_t>(block_tokens);
-  PromptCache empty = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config);
-  PromptCache one = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config);
-  PromptCache many = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config);
+  const std::vector<size_t> windows = model.config.layer_windows();
+  PromptCache empty = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config, windows);
+  PromptCache one = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config, windows);
+  PromptCache many = make_prompt_cache(n_layers_, kv_heads_, head_dim_, config, windows);
   const size_t n_many = config.tq.window + config.tq.sinks + 2 * std::max(block_tokens, config.tq.page_tokens) + 3;
   std::vector<float> kv(static_cast<size_t>(kv_heads_) * static_cast<size_t>(head_dim_) * n_many);
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;

@@ -5,8 +5,10 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
 #include "turbokv/dense_cache.hpp"
+#include "turbokv/attention.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/prng.hpp"
 #include "turbokv/turboquant_cache.hpp"
@@ -27,9 +29,10 @@ size_t allocated_bytes(const PromptCache& cache) {
 
 namespace {
 
-// [n] -> the running maximum of what one cache of `config` allocates up to n tokens.
+// [n] -> the running maximum of what one cache of `config` allocates up to n tokens (a sliding
+// layer's measured after each append, before it frees what its window left behind).
 std::vector<size_t> measure_layer(const CacheConfig& config, int kv_heads, int head_dim, size_t max_tokens,
-                                  size_t chunk) {
+                                  size_t chunk, size_t window) {
   std::vector<size_t> per_layer(max_tokens + 1, 0);
   // Gaussian vectors: their norms fit every codec (the bytes do not depend on the values).
   SplitMix64 rng(7);
@@ -48,6 +51,7 @@ std::vector<size_t> measure_layer(const CacheConfig& config, int kv_heads, int h
       const size_t bytes = allocated_bytes(*cache);
       for (size_t k = n + 1; k <= n + count; ++k) per_layer[k] = std::max(per_layer[k], bytes);
       n += count;
+      if (window > 0) cache->drop_before(sliding_window_keep_from(n, window));
     }
   }
   for (size_t n = 1; n <= max_tokens; ++n) per_layer[n] = std::max(per_layer[n], per_layer[n - 1]);
@@ -57,21 +61,26 @@ std::vector<size_t> measure_layer(const CacheConfig& config, int kv_heads, int h
 }  // namespace
 
 KvFootprint::KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens,
-                         size_t chunk)
+                         size_t chunk, const std::vector<size_t>& layer_windows)
     : n_layers_(n_layers), kv_heads_(kv_heads), head_dim_(head_dim) {
   if (chunk == 0) throw Error("KvFootprint: chunk must be >= 1");
+  if (!layer_windows.empty() && layer_windows.size() != static_cast<size_t>(n_layers)) {
+    throw Error(fmt::format("KvFootprint: {} layer windows for {} layers", layer_windows.size(), n_layers));
+  }
   total_.assign(max_tokens + 1, 0);
   // Layers with the same configuration (most of them) are measured once.
-  std::map<std::string, int> layers_per_config;
+  std::map<std::pair<std::string, size_t>, int> layers_per_config;  // (configuration, window)
   std::map<std::string, CacheConfig> configs;
   for (int l = 0; l < n_layers; ++l) {
-    const CacheConfig layer = layer_cache_config(config, l, n_layers);
+    const size_t window = layer_windows.empty() ? 0 : layer_windows[static_cast<size_t>(l)];
+    const CacheConfig layer = layer_cache_config(config, l, n_layers, window);
     const std::string key = format_cache_config(layer);
-    ++layers_per_config[key];
+    ++layers_per_config[{key, window}];
     configs.emplace(key, layer);
   }
   for (const auto& [key, count] : layers_per_config) {
-    const std::vector<size_t> per_layer = measure_layer(configs.at(key), kv_heads, head_dim, max_tokens, chunk);
+    const std::vector<size_t> per_layer =
+        measure_layer(configs.at(key.first), kv_heads, head_dim, max_tokens, chunk, key.second);
     for (size_t n = 0; n <= max_tokens; ++n) total_[n] += per_layer[n] * static_cast<size_t>(count);
   }
 }

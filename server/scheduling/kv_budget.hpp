@@ -22,8 +22,11 @@ class KvFootprint {
   // per-layer widths differ; kv_heads x head_dim) holding 0..max_tokens tokens, appended both
   // one token at a time and in page-aligned chunks of `chunk` tokens (the two ways the server
   // feeds a cache), and keeps the running maximum: reservation(n) is an upper bound of what the
-  // n_layers caches allocate while growing to n tokens.
-  KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens, size_t chunk);
+  // n_layers caches allocate while growing to n tokens. layer_windows[l] > 0: layer l slides
+  // over that many positions and, as the decoder does, frees the pages no later query sees after
+  // each append (its bytes stop growing at about the window); empty or 0: it keeps every position.
+  KvFootprint(const CacheConfig& config, int n_layers, int kv_heads, int head_dim, size_t max_tokens, size_t chunk,
+              const std::vector<size_t>& layer_windows = {});
 
   size_t reservation(size_t n_tokens) const;  // n_tokens <= max_tokens
   size_t max_tokens() const { return total_.size() - 1; }

@@ -99,7 +99,7 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer& tokeni
       }()),
       ctx_(context_for(model, options_.ctx)),
       footprint_(options_.cache, model.config.n_layers, model.config.n_kv_heads, model.config.head_dim,
-                 static_cast<size_t>(ctx_), options_.chunk_tokens),
+                 static_cast<size_t>(ctx_), options_.chunk_tokens, model.config.layer_windows()),
       impl_(std::make_unique<Impl>(model, options_.threads, options_.page_tokens)) {
   if (footprint_.reservation(options_.page_tokens + 1) > options_.kv_budget) {
     throw Error(fmt::format("--kv-budget {} bytes holds not even one sequence of {} tokens ({} bytes)",
@@ -331,7 +331,7 @@ Scheduler::Source Scheduler::restore_prefix(Sequence& seq, Waiting& next) {
       std::fprintf(stderr, "serve: a stored prefix did not restore (%s); computing it\n", e.what());
     }
   }
-  seq.cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache);
+  seq.cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, options_.cache, c.layer_windows());
   return Source::none;
 }
 

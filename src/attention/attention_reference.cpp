@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention/attention_kernels.hpp"
 #include "core/check.hpp"
 #include "turbokv/attention.hpp"
 
@@ -44,6 +45,19 @@ void validate_attention_request(const AttentionRequest& request, const KVCache& 
                 "attend: softcap must be finite and >= 0, got {}", request.options.softcap);
   TURBOKV_CHECK(request.options.window == 0 || request.options.causal,
                 "attend: a sliding window ({} tokens) needs causal attention", request.options.window);
+  if (cache.first_held() > 0) {
+    const size_t first_query = cache.size() - static_cast<size_t>(request.n_queries);
+    TURBOKV_CHECK(request.options.window > 0 &&
+                      sliding_window_keep_from(first_query, request.options.window) >= cache.first_held(),
+                  "attend: the cache no longer holds positions before {} (a sliding-window ring), but a query at "
+                  "position {} with window {} would read them",
+                  cache.first_held(), first_query, request.options.window);
+  }
+}
+
+size_t sliding_window_keep_from(size_t next_query, size_t window) {
+  if (window == 0 || next_query + 1 <= window) return 0;
+  return (next_query + 1 - window) / attn::kBlockTokens * attn::kBlockTokens;
 }
 
 void attend_reference(std::span<const float> queries, int n_q_heads, int n_queries,

@@ -51,12 +51,16 @@ DenseKVCache::DenseKVCache(DenseKVCache&&) noexcept = default;
 DenseKVCache& DenseKVCache::operator=(DenseKVCache&&) noexcept = default;
 
 size_t DenseKVCache::nbytes() const {
-  return size_ * static_cast<size_t>(kv_heads_) * head_dim_ * 2 * element_size();
+  size_t tokens = 0;
+  for (size_t p = 0; p < pages_.size(); ++p) {
+    if (pages_[p]) tokens += tokens_in_page(p);
+  }
+  return tokens * static_cast<size_t>(kv_heads_) * head_dim_ * 2 * element_size();
 }
 
 size_t DenseKVCache::allocated_bytes() const {
-  return pages_.size() * kv_heads_ * 2 *
-         detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
+  const size_t held = static_cast<size_t>(std::count_if(pages_.begin(), pages_.end(), [](const auto& p) { return p != nullptr; }));
+  return held * kv_heads_ * 2 * detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
 }
 
 size_t DenseKVCache::tokens_in_page(size_t page) const {
@@ -66,6 +70,8 @@ size_t DenseKVCache::tokens_in_page(size_t page) const {
 }
 
 uint8_t* DenseKVCache::slab(size_t page, int head, bool value) const {
+  TURBOKV_CHECK(pages_[page] != nullptr, "DenseKVCache: page {} was freed (positions before {} are not held)", page,
+                first_held_);
   const size_t head_bytes = detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
   uint8_t* base = value ? pages_[page]->values.get() : pages_[page]->keys.get();
   return base + static_cast<size_t>(head) * head_bytes;
@@ -85,13 +91,23 @@ const void* DenseKVCache::value_page(size_t page, int head) const {
   return slab(page, head, true);
 }
 
-void DenseKVCache::add_page() {
+void DenseKVCache::ensure_page(size_t page) {
+  if (page < pages_.size() && pages_[page]) return;
   const size_t bytes =
       kv_heads_ * detail::round_up_to_alignment(page_tokens_ * head_dim_ * element_size());
-  auto page = std::make_unique<Page>();
-  page->keys = allocate_aligned(bytes);
-  page->values = allocate_aligned(bytes);
-  pages_.push_back(std::move(page));
+  auto fresh = std::make_unique<Page>();
+  fresh->keys = allocate_aligned(bytes);
+  fresh->values = allocate_aligned(bytes);
+  if (page >= pages_.size()) pages_.resize(page + 1);
+  pages_[page] = std::move(fresh);
+}
+
+size_t DenseKVCache::drop_before(size_t position) {
+  position = std::min(position, size_);
+  // Only whole pages go: page p is freed when every position it holds is before `position`.
+  for (size_t p = 0; (p + 1) * page_tokens_ <= position; ++p) pages_[p].reset();
+  first_held_ = std::max(first_held_, position / page_tokens_ * page_tokens_);
+  return first_held_;
 }
 
 void DenseKVCache::check_finite(std::span<const float> data, const char* what) const {
@@ -129,7 +145,7 @@ void DenseKVCache::append(std::span<const float> keys, std::span<const float> va
     const size_t pos = size_ + done;
     const size_t page = pos / page_tokens_;
     const size_t slot = pos % page_tokens_;
-    if (page == pages_.size()) add_page();
+    ensure_page(page);
     const size_t count = std::min(page_tokens_ - slot, n_tokens - done);
     for (int h = 0; h < kv_heads_; ++h) {
       const float* src_k = keys.data() + (static_cast<size_t>(h) * n_tokens + done) * d;
@@ -175,6 +191,9 @@ void DenseKVCache::fetch_range(size_t first, size_t count, std::span<float> keys
   TURBOKV_CHECK(first <= size_ && count <= size_ - first,
                 "DenseKVCache::fetch_range: tokens [{}, {}+{}) out of range (size {})", first,
                 first, count, size_);
+  TURBOKV_CHECK(count == 0 || first >= first_held_,
+                "DenseKVCache::fetch_range: tokens from {} asked, but positions before {} are no longer held "
+                "(sliding window)", first, first_held_);
   const size_t d = head_dim_;
   const size_t expected = static_cast<size_t>(kv_heads_) * count * d;
   TURBOKV_CHECK(keys.size() == expected && values.size() == expected,
@@ -209,7 +228,20 @@ void DenseKVCache::fetch_range(size_t first, size_t count, std::span<float> keys
 }
 
 void DenseKVCache::fetch(std::span<float> keys, std::span<float> values) const {
-  fetch_range(0, size_, keys, values);
+  if (first_held_ == 0) return fetch_range(0, size_, keys, values);
+  const size_t d = head_dim_, held = size_ - first_held_;
+  const size_t expected = static_cast<size_t>(kv_heads_) * size_ * d;
+  TURBOKV_CHECK(keys.size() == expected && values.size() == expected,
+                "DenseKVCache::fetch: expected {} floats for keys and values, got {} and {}", expected, keys.size(),
+                values.size());
+  std::vector<float> k(kv_heads_ * held * d), v(k.size());
+  fetch_range(first_held_, held, k, v);
+  std::fill(keys.begin(), keys.end(), 0.0f);  // positions no longer held read as zeros
+  std::fill(values.begin(), values.end(), 0.0f);
+  for (int h = 0; h < kv_heads_; ++h) {
+    std::copy_n(k.data() + h * held * d, held * d, keys.data() + (h * size_ + first_held_) * d);
+    std::copy_n(v.data() + h * held * d, held * d, values.data() + (h * size_ + first_held_) * d);
+  }
 }
 
 size_t DenseKVCache::trim(size_t n) {
@@ -217,6 +249,7 @@ size_t DenseKVCache::trim(size_t n) {
   size_ -= dropped;
   const size_t pages_needed = (size_ + page_tokens_ - 1) / page_tokens_;
   pages_.resize(pages_needed);  // frees whole pages; keeps the page table's capacity
+  first_held_ = std::min(first_held_, size_);
   return dropped;
 }
 
@@ -232,17 +265,22 @@ CacheState DenseKVCache::save_state() const {
                     {"page_tokens", std::to_string(page_tokens_)},
                     {"tokens", std::to_string(size_)}};
   if (allow_non_finite_) state.metadata["allow_non_finite"] = "1";
+  // A sliding-window ring saves only the positions it holds, [first_held, tokens).
+  if (first_held_ > 0) state.metadata["first_held"] = std::to_string(first_held_);
+  const size_t held = size_ - first_held_;
   const std::string dtype = dtype_ == DenseDtype::f16 ? "F16" : "F32";
-  const std::vector<int64_t> shape = {kv_heads_, static_cast<int64_t>(size_), head_dim_};
+  const std::vector<int64_t> shape = {kv_heads_, static_cast<int64_t>(held), head_dim_};
   const size_t row_bytes = head_dim_ * element_size();
   for (int which = 0; which < 2; ++which) {
     TensorBlob blob{which == 0 ? "keys" : "values", dtype, shape, {}};
-    blob.data.resize(kv_heads_ * size_ * row_bytes);
+    blob.data.resize(kv_heads_ * held * row_bytes);
     for (int h = 0; h < kv_heads_; ++h) {
-      for (size_t p = 0; p < pages_.size(); ++p) {
-        const size_t n = tokens_in_page(p);
-        std::memcpy(blob.data.data() + (h * size_ + p * page_tokens_) * row_bytes,
-                    slab(p, h, which == 1), n * row_bytes);
+      for (size_t t = first_held_; t < size_;) {
+        const size_t p = t / page_tokens_, slot = t % page_tokens_;
+        const size_t n = std::min(page_tokens_ - slot, size_ - t);
+        std::memcpy(blob.data.data() + (h * held + t - first_held_) * row_bytes,
+                    slab(p, h, which == 1) + slot * row_bytes, n * row_bytes);
+        t += n;
       }
     }
     state.tensors.push_back(std::move(blob));
@@ -260,9 +298,15 @@ std::unique_ptr<DenseKVCache> DenseKVCache::from_state(const CacheState& state) 
   const auto page_tokens = static_cast<size_t>(detail::meta_int(state, "page_tokens", 1, 65536));
   const auto tokens = static_cast<size_t>(
       detail::meta_int(state, "tokens", 0, (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim)));
+  // Absent in files written before sliding-window rings (they hold every position).
+  const size_t first_held =
+      state.metadata.count("first_held") != 0
+          ? static_cast<size_t>(detail::meta_int(state, "first_held", 0, static_cast<int64_t>(tokens)))
+          : 0;
+  const size_t held = tokens - first_held;
   detail::check_tensor_names(state, {"keys", "values"});
   const std::string dt = dtype == DenseDtype::f16 ? "F16" : "F32";
-  const std::vector<int64_t> shape = {kv_heads, static_cast<int64_t>(tokens), head_dim};
+  const std::vector<int64_t> shape = {kv_heads, static_cast<int64_t>(held), head_dim};
   // find_tensor checks the byte count against the shape before anything is allocated.
   const TensorBlob& keys = detail::find_tensor(state, "keys", dt, shape);
   const TensorBlob& values = detail::find_tensor(state, "values", dt, shape);
@@ -285,15 +329,19 @@ std::unique_ptr<DenseKVCache> DenseKVCache::from_state(const CacheState& state) 
   auto cache = std::make_unique<DenseKVCache>(kv_heads, head_dim, dtype, page_tokens);
   const size_t row_bytes = head_dim * cache->element_size();
   const size_t n_pages = (tokens + page_tokens - 1) / page_tokens;
-  for (size_t p = 0; p < n_pages; ++p) cache->add_page();
+  cache->pages_.resize(n_pages);  // pages before first_held stay freed
+  for (size_t p = first_held / page_tokens; p < n_pages; ++p) cache->ensure_page(p);
   cache->size_ = tokens;
+  cache->first_held_ = first_held;
   for (int which = 0; which < 2; ++which) {
     const TensorBlob& blob = which == 0 ? keys : values;
     for (int h = 0; h < kv_heads; ++h) {
-      for (size_t p = 0; p < n_pages; ++p) {
-        const size_t n = cache->tokens_in_page(p);
-        std::memcpy(cache->slab(p, h, which == 1),
-                    blob.data.data() + (h * tokens + p * page_tokens) * row_bytes, n * row_bytes);
+      for (size_t t = first_held; t < tokens;) {
+        const size_t p = t / page_tokens, slot = t % page_tokens;
+        const size_t n = std::min(page_tokens - slot, tokens - t);
+        std::memcpy(cache->slab(p, h, which == 1) + slot * row_bytes,
+                    blob.data.data() + (h * held + t - first_held) * row_bytes, n * row_bytes);
+        t += n;
       }
     }
   }

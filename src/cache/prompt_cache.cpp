@@ -87,6 +87,11 @@ CacheConfig parse_cache_config(const std::string& spec) {
     auto& tq = config.tq;
     if (key == "dense_layers") {
       config.dense_layers = parse_layers(value);
+    } else if (key == "sliding") {
+      TURBOKV_CHECK(value == "dense" || value == "same",
+                    "cache config: sliding must be dense or same (how sliding-window layers are stored), got '{}'",
+                    value);
+      config.sliding = value;
     } else if (key == "layer_bits" && config.kind == "turboquant") {
       config.layer_bits = parse_layer_bits(value);
     } else if (key == "page_tokens") {
@@ -167,6 +172,7 @@ std::string format_cache_config(const CacheConfig& c) {
   if (!c.dense_layers.empty()) {
     items.push_back(fmt::format("dense_layers={}", fmt::join(c.dense_layers, ";")));
   }
+  if (c.sliding != "dense") items.push_back("sliding=" + c.sliding);
   if (!c.layer_bits.empty()) {
     std::vector<std::string> entries;
     for (const LayerBits& lb : c.layer_bits) {
@@ -178,7 +184,7 @@ std::string format_cache_config(const CacheConfig& c) {
   return items.empty() ? c.kind : c.kind + ":" + fmt::format("{}", fmt::join(items, ","));
 }
 
-CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers) {
+CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers, size_t window) {
   TURBOKV_CHECK(layer >= 0 && layer < n_layers, "layer_cache_config: layer {} of {}", layer, n_layers);
   for (int l : config.dense_layers) {
     TURBOKV_CHECK(l < n_layers, "make_prompt_cache: dense layer {} but the model has {} layers", l, n_layers);
@@ -188,7 +194,9 @@ CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layer
   CacheConfig out = config;
   out.dense_layers.clear();
   out.layer_bits.clear();
-  if (std::find(config.dense_layers.begin(), config.dense_layers.end(), layer) != config.dense_layers.end()) {
+  const bool sliding_dense = window > 0 && config.sliding == "dense";
+  if (sliding_dense ||
+      std::find(config.dense_layers.begin(), config.dense_layers.end(), layer) != config.dense_layers.end()) {
     out.kind = "dense";
     out.options.clear();
     return out;
@@ -204,13 +212,17 @@ CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layer
   return out;
 }
 
-PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config) {
+PromptCache make_prompt_cache(int n_layers, int kv_heads, int head_dim, const CacheConfig& config,
+                              const std::vector<size_t>& layer_windows) {
   TURBOKV_CHECK(n_layers >= 0 && n_layers <= 65536,
                 "make_prompt_cache: n_layers must be in [0, 65536], got {}", n_layers);
+  TURBOKV_CHECK(layer_windows.empty() || layer_windows.size() == static_cast<size_t>(n_layers),
+                "make_prompt_cache: {} layer windows for {} layers", layer_windows.size(), n_layers);
   PromptCache cache;
   // Every layer, dense ones included, from the one registry (make_kv_cache).
   for (int i = 0; i < n_layers; ++i) {
-    cache.add_layer(make_kv_cache(kv_heads, head_dim, layer_cache_config(config, i, n_layers)));
+    const size_t window = layer_windows.empty() ? 0 : layer_windows[static_cast<size_t>(i)];
+    cache.add_layer(make_kv_cache(kv_heads, head_dim, layer_cache_config(config, i, n_layers, window)));
   }
   return cache;
 }

@@ -113,12 +113,32 @@ size_t TurboQuantKVCache::nbytes() const {
   const size_t exact = (n_sinks_ + window_size_) * static_cast<size_t>(head_dim_) * element * 2;
   // A centered cache's two means decode every compressed token, so they count once any is held.
   const size_t means = options_.center && compressed_size_ > 0 ? static_cast<size_t>(head_dim_) * 4 * 2 : 0;
-  return static_cast<size_t>(kv_heads_) *
-         (compressed_size_ * (key_code_size_ + value_code_size_) + exact + means);
+  size_t held = 0;
+  for (size_t p = 0; p < pages_.size(); ++p) {
+    if (pages_[p]) held += tokens_in_page(p);
+  }
+  return static_cast<size_t>(kv_heads_) * (held * (key_code_size_ + value_code_size_) + exact + means);
+}
+
+void TurboQuantKVCache::resize_pages(size_t n) { pages_.resize(n); }
+
+size_t TurboQuantKVCache::dropped_compressed() const {
+  return first_held_ > n_sinks_ ? std::min(first_held_ - n_sinks_, compressed_size_) : 0;
+}
+
+size_t TurboQuantKVCache::drop_before(size_t position) {
+  const size_t pt = options_.page_tokens;
+  // Whole, full compressed pages only; sinks and the exact window are kept.
+  size_t p = 0;
+  for (; (p + 1) * pt <= compressed_size_ && n_sinks_ + (p + 1) * pt <= position; ++p) pages_[p].reset();
+  if (p > 0) first_held_ = std::max(first_held_, n_sinks_ + p * pt);
+  return first_held_;
 }
 
 size_t TurboQuantKVCache::allocated_bytes() const {
-  size_t total = pages_.size() * kv_heads_ * (head_stride_bytes(false) + head_stride_bytes(true));
+  const size_t held_pages =
+      static_cast<size_t>(std::count_if(pages_.begin(), pages_.end(), [](const auto& p) { return p != nullptr; }));
+  size_t total = held_pages * kv_heads_ * (head_stride_bytes(false) + head_stride_bytes(true));
   for (int i = 0; i < 2; ++i) {
     total += (sink_buf_[i].size() + window_buf_[i].size() + center_buf_[i].size()) * sizeof(float);
     total += (sink16_[i].size() + window16_[i].size()) * sizeof(uint16_t);
@@ -138,6 +158,8 @@ size_t TurboQuantKVCache::head_stride_bytes(bool value) const {
 }
 
 uint8_t* TurboQuantKVCache::codes_ptr(size_t page, int head, bool value) const {
+  TURBOKV_CHECK(pages_[page] != nullptr, "TurboQuantKVCache: page {} was freed (positions before {} are not held)",
+                page, first_held_);
   uint8_t* base = value ? pages_[page]->values.get() : pages_[page]->keys.get();
   return base + static_cast<size_t>(head) * head_stride_bytes(value);
 }
@@ -219,11 +241,13 @@ TKV_EXACT_ACCESSOR(uint16_t, window_keys_f16, exact_f16(), window_base16(false, 
 TKV_EXACT_ACCESSOR(uint16_t, window_values_f16, exact_f16(), window_base16(true, head) + window_start_ * head_dim_)
 #undef TKV_EXACT_ACCESSOR
 
-void TurboQuantKVCache::add_page() {
-  auto page = std::make_unique<Page>();
-  page->keys = detail::allocate_aligned(kv_heads_ * head_stride_bytes(false));
-  page->values = detail::allocate_aligned(kv_heads_ * head_stride_bytes(true));
-  pages_.push_back(std::move(page));
+void TurboQuantKVCache::ensure_page(size_t page) {
+  if (page < pages_.size() && pages_[page]) return;
+  auto fresh = std::make_unique<Page>();
+  fresh->keys = detail::allocate_aligned(kv_heads_ * head_stride_bytes(false));
+  fresh->values = detail::allocate_aligned(kv_heads_ * head_stride_bytes(true));
+  if (page >= pages_.size()) pages_.resize(page + 1);
+  pages_[page] = std::move(fresh);
 }
 
 void TurboQuantKVCache::compress(const float* keys, const float* values, size_t head_stride,
@@ -234,7 +258,7 @@ void TurboQuantKVCache::compress(const float* keys, const float* values, size_t 
   while (done < count) {
     const size_t pos = compressed_size_ + done;
     const size_t page = pos / pt, slot = pos % pt;
-    if (page == pages_.size()) add_page();
+    ensure_page(page);
     const size_t n = std::min(pt - slot, count - done);
     for (int h = 0; h < kv_heads_; ++h) {
       const float* k = keys + h * head_stride + done * d;
@@ -491,8 +515,13 @@ void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) co
     read_exact(false, false, h, 0, n_sinks_, k);  // no copy for no rows (null buffers)
     read_exact(false, true, h, 0, n_sinks_, v);
     size_t t = n_sinks_;
+    const size_t dropped = dropped_compressed();
     for (size_t p = 0; p < pages_.size(); ++p) {
       const size_t m = tokens_in_page(p);
+      if (!pages_[p]) {  // freed by drop_before: zeros, below
+        t += m;
+        continue;
+      }
       if (key_prod_) {
         key_prod_->decode(codes_ptr(p, h, false), m, k + t * d);
       } else {
@@ -504,13 +533,16 @@ void TurboQuantKVCache::fetch(std::span<float> keys, std::span<float> values) co
     if (options_.center) {
       const float* mk = key_center(h);
       const float* mv = value_center(h);
-      for (size_t i = n_sinks_; i < n_sinks_ + compressed_size_; ++i) {
+      for (size_t i = n_sinks_ + dropped; i < n_sinks_ + compressed_size_; ++i) {
         for (size_t j = 0; j < d; ++j) {
           k[i * d + j] += mk[j];
           v[i * d + j] += mv[j];
         }
       }
     }
+    // Positions no longer held read as zeros.
+    std::fill(k + n_sinks_ * d, k + (n_sinks_ + dropped) * d, 0.0f);
+    std::fill(v + n_sinks_ * d, v + (n_sinks_ + dropped) * d, 0.0f);
     read_exact(true, false, h, window_start_, window_size_, k + t * d);
     read_exact(true, true, h, window_start_, window_size_, v + t * d);
   }
@@ -529,6 +561,7 @@ size_t TurboQuantKVCache::trim(size_t n) {
   const size_t pt = options_.page_tokens;
   pages_.resize((compressed_size_ + pt - 1) / pt);
   n_sinks_ -= left;
+  first_held_ = std::min(first_held_, size());
   return dropped;
 }
 

@@ -73,6 +73,9 @@ CacheState TurboQuantKVCache::save_state() const {
       {"value_checksum", std::to_string(codec_checksum(*value_mse_))},
   };
   if (exact_f16()) state.metadata["exact_dtype"] = "f16";
+  // A sliding-window ring saves only the compressed tokens it holds, [dropped, compressed).
+  const size_t dropped = dropped_compressed(), held = compressed_size_ - dropped;
+  if (first_held_ > 0) state.metadata["first_held"] = std::to_string(first_held_);
   // The arithmetic attend() uses is part of what the cache answers: a loaded cache (a restored
   // prefix) must attend as the saved one did (the server's default is int8).
   if (o.int8_attention) state.metadata["attention"] = "int8";
@@ -89,12 +92,14 @@ CacheState TurboQuantKVCache::save_state() const {
   };
   auto codes = [&](const char* name, bool value) {
     const size_t cs = value ? value_code_size_ : key_code_size_;
-    TensorBlob blob{name, "U8", {H, static_cast<int64_t>(compressed_size_), static_cast<int64_t>(cs)}, {}};
-    blob.data.resize(kv_heads_ * compressed_size_ * cs);
+    TensorBlob blob{name, "U8", {H, static_cast<int64_t>(held), static_cast<int64_t>(cs)}, {}};
+    blob.data.resize(kv_heads_ * held * cs);
+    const size_t pt = options_.page_tokens;
     for (int h = 0; h < kv_heads_; ++h) {
-      for (size_t p = 0; p < pages_.size(); ++p) {
-        std::memcpy(blob.data.data() + (h * compressed_size_ + p * options_.page_tokens) * cs,
-                    codes_ptr(p, h, value), tokens_in_page(p) * cs);
+      for (size_t c = dropped; c < compressed_size_;) {
+        const size_t p = c / pt, slot = c % pt, n = std::min(pt - slot, compressed_size_ - c);
+        std::memcpy(blob.data.data() + (h * held + c - dropped) * cs, codes_ptr(p, h, value) + slot * cs, n * cs);
+        c += n;
       }
     }
     state.tensors.push_back(std::move(blob));
@@ -164,6 +169,13 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   TURBOKV_CHECK(n_sinks == o.sinks || (compressed == 0 && window_size == 0),
                 "TurboQuantKVCache: {} of {} sinks filled but later regions hold tokens", n_sinks,
                 o.sinks);
+  // Absent in files written before sliding-window rings (they hold every position).
+  const size_t first_held =
+      state.metadata.count("first_held") != 0
+          ? static_cast<size_t>(meta_int(state, "first_held", 0, static_cast<int64_t>(tokens)))
+          : 0;
+  const size_t dropped = first_held > n_sinks ? std::min(first_held - n_sinks, compressed) : 0;
+  const size_t held = compressed - dropped;
 
   // Builds the codecs (and validates the options) before any tensor is touched.
   auto cache = std::make_unique<TurboQuantKVCache>(kv_heads, head_dim, o);
@@ -192,8 +204,8 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   const size_t d = head_dim;
   const auto& sk = find_tensor(state, "sink_keys", exact_type, {H, static_cast<int64_t>(n_sinks), D});
   const auto& sv = find_tensor(state, "sink_values", exact_type, {H, static_cast<int64_t>(n_sinks), D});
-  const auto& kc = find_tensor(state, "key_codes", "U8", {H, static_cast<int64_t>(compressed), key_cs});
-  const auto& vc = find_tensor(state, "value_codes", "U8", {H, static_cast<int64_t>(compressed), value_cs});
+  const auto& kc = find_tensor(state, "key_codes", "U8", {H, static_cast<int64_t>(held), key_cs});
+  const auto& vc = find_tensor(state, "value_codes", "U8", {H, static_cast<int64_t>(held), value_cs});
   const auto& wk = find_tensor(state, "window_keys", exact_type, {H, static_cast<int64_t>(window_size), D});
   const auto& wv = find_tensor(state, "window_values", exact_type, {H, static_cast<int64_t>(window_size), D});
 
@@ -235,18 +247,20 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   }
   // Codes go straight into pages (no re-encoding: bit-exact by construction).
   const size_t pt = o.page_tokens;
-  for (size_t first = 0; first < compressed; first += pt) {
-    const size_t n = std::min(pt, compressed - first);
-    cache->add_page();
-    const size_t p = cache->pages_.size() - 1;
+  cache->resize_pages((compressed + pt - 1) / pt);  // pages before first_held stay freed
+  for (size_t c = dropped; c < compressed;) {
+    const size_t p = c / pt, slot = c % pt, n = std::min(pt - slot, compressed - c);
+    cache->ensure_page(p);
     for (int h = 0; h < kv_heads; ++h) {
-      std::memcpy(cache->codes_ptr(p, h, false), kc.data.data() + (h * compressed + first) * key_cs,
+      std::memcpy(cache->codes_ptr(p, h, false) + slot * key_cs, kc.data.data() + (h * held + c - dropped) * key_cs,
                   n * key_cs);
-      std::memcpy(cache->codes_ptr(p, h, true), vc.data.data() + (h * compressed + first) * value_cs,
-                  n * value_cs);
+      std::memcpy(cache->codes_ptr(p, h, true) + slot * value_cs,
+                  vc.data.data() + (h * held + c - dropped) * value_cs, n * value_cs);
     }
+    c += n;
   }
   cache->compressed_size_ = compressed;
+  cache->first_held_ = first_held;
   if (window_size > 0) {
     // Through float: fp16 -> float -> fp16 gives back the same bits for every finite value.
     std::vector<float> k(kv_heads * window_size * d), v(k.size());
@@ -286,6 +300,9 @@ std::unique_ptr<TurboQuantKVCache> to_turboquant(const DenseKVCache& dense,
 
 std::unique_ptr<TurboQuantKVCache> to_turboquant(const KVCache& source,
                                                  const TurboQuantCacheOptions& options) {
+  TURBOKV_CHECK(source.first_held() == 0,
+                "to_turboquant: the cache no longer holds positions before {} (a sliding-window ring)",
+                source.first_held());
   if (const auto* dense = dynamic_cast<const DenseKVCache*>(&source)) {
     return to_turboquant(*dense, options);
   }

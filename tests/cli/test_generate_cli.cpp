@@ -10,6 +10,12 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "turbokv/cache_io.hpp"
+#include "turbokv/dense_cache.hpp"
 
 namespace {
 
@@ -133,4 +139,30 @@ TEST(GenerateCli, PromptThatFillsTheContextIsAnError) {
   EXPECT_NE(ok.find("generation stopped at the end of the model's context"), std::string::npos) << ok;
   EXPECT_EQ(run("generate --prompt x --kv-exact f16").second, 1);  // needs --kv-bits
   EXPECT_EQ(run("generate --prompt x --kv-bits 4 --kv-exact f16 -n 3 --quiet").second, 0);
+}
+
+// A prompt cache whose first layer is a sliding-window ring (drop_before freed its oldest pages)
+// and whose second holds every token: cache-info names the ring's held positions and its bytes
+// apart from the layers that hold every token.
+TEST(CacheInfoCli, ShowsSlidingRingsApart) {
+  require_tool();
+  turbokv::PromptCache pc;
+  const std::vector<float> k(2 * 100 * 8, 0.5f), v(2 * 100 * 8, -0.25f);
+  for (int l = 0; l < 2; ++l) {
+    auto layer = std::make_unique<turbokv::DenseKVCache>(2, 8, turbokv::DenseDtype::f16, 16);
+    layer->append(k, v, 100);
+    if (l == 0) EXPECT_EQ(layer->drop_before(64), 64u);
+    pc.add_layer(std::move(layer));
+  }
+  const auto path = std::filesystem::temp_directory_path() / ("turbokv-cli-ring-" + std::to_string(::getpid()) + ".st");
+  turbokv::save_prompt_cache(path.string(), pc);
+  const auto [out, status] = run("cache-info '" + path.string() + "'");
+  EXPECT_EQ(status, 0) << out;
+  // 36 held positions x 2 heads x 8 x 2 (keys, values) x 2 bytes; the other layer's 100.
+  EXPECT_NE(out.find("sliding-window rings: 1 layers, 2304 bytes; layers holding every token: 1, 6400 bytes"),
+            std::string::npos) << out;
+  const auto [json, json_status] = run("cache-info --json '" + path.string() + "'");
+  EXPECT_EQ(json_status, 0) << json;
+  EXPECT_NE(json.find("\"first_held\":64"), std::string::npos) << json;
+  std::filesystem::remove(path);
 }

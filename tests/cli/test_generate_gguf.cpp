@@ -33,6 +33,8 @@
 #include "turbokv/error.hpp"
 #include "turbokv/cache_config.hpp"
 #include "turbokv/prompt_cache.hpp"
+#include "turbokv/turboquant_cache.hpp"
+#include "engine/runtime/forward.hpp"
 
 using namespace turbokv::engine;
 namespace fs = std::filesystem;
@@ -217,16 +219,18 @@ TEST(GenerateGguf, RandomQwen2ShapedModelLoadsAndRuns) {
 namespace {
 
 // Teacher-forced mean KL(dense || TurboQuant) over `n` random tokens, serve's default cache
-// (4-bit TurboQuant, its exact window and sink) against the dense f32 cache.
-double default_cache_kl(const Model& m, int n, uint32_t seed) {
+// (4-bit TurboQuant, its exact window and sink; sliding layers as `sliding` says, dense f16 by
+// default) against the dense f32 cache.
+double default_cache_kl(const Model& m, int n, uint32_t seed, const std::string& sliding = "dense") {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> id(0, 255);
-  const auto tq = turbokv::kv_request_config(turbokv::KvRequest{}, 4.0);
+  auto tq = turbokv::kv_request_config(turbokv::KvRequest{}, 4.0);
+  tq.sliding = sliding;
   turbokv::ThreadPool pool(2);
   const auto dense32 = turbokv::parse_kv_config("dense32").config;
   const ModelConfig& c = m.config;
   Session dense(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, dense32), pool);
-  Session quant(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, tq), pool);
+  Session quant(m, turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, tq, c.layer_windows()), pool);
   double total = 0;
   for (int i = 0; i < n; ++i) {
     const int t = id(rng);
@@ -248,6 +252,12 @@ void check_against_reference(const Model& m, const std::string& what) {
               "4-bit TurboQuant cache) over 300 teacher-forced random tokens = %.3g\n",
               what.c_str(), m.config.dim, m.config.n_layers, m.config.head_dim, kl);
   EXPECT_LT(kl, 0.05) << what;
+  if (m.config.sliding_window > 0) {
+    const double same = default_cache_kl(m, 300, 9, "same");
+    std::printf("[ figure ] %s: the same KL with the sliding layers compressed too (sliding=same) = %.3g\n",
+                what.c_str(), same);
+    EXPECT_LT(same, 0.05) << what;
+  }
 }
 
 // Gemma: the loaded file's config as llama.cpp reads it, the engine against the float64
@@ -308,6 +318,89 @@ TEST(GenerateGguf, RandomGemma3ShapedModelMatchesReference) {
   Shape s{"gemma3", 128, 256, 6, 2, 1, 256, true, false, GgmlType::F32};
   s.window = 4;
   check_gemma(s, write_gguf(s, "gemma3.gguf", 15));
+}
+
+namespace {
+
+// The same classes with drop_before() a no-op: they keep every position, so attention relies on
+// the window mask alone (what every layer did before the sliding-window rings).
+class KeepAllDense : public turbokv::DenseKVCache {
+ public:
+  using DenseKVCache::DenseKVCache;
+  size_t drop_before(size_t) override { return 0; }
+};
+class KeepAllTurboQuant : public turbokv::TurboQuantKVCache {
+ public:
+  using TurboQuantKVCache::TurboQuantKVCache;
+  size_t drop_before(size_t) override { return 0; }
+};
+
+// Teacher-forced logits of `tokens` (the first `prompt` as chunks of 7, then decode steps)
+// through caches made by `make`, every position's logits in one vector.
+template <typename Make>
+std::vector<float> ring_logits(const Model& m, const std::vector<int>& tokens, size_t prompt, Make make,
+                               std::vector<std::unique_ptr<turbokv::KVCache>>& caches) {
+  turbokv::ThreadPool pool(2);
+  Forward forward(m, pool, 7);
+  std::vector<turbokv::KVCache*> ptrs;
+  for (int l = 0; l < m.config.n_layers; ++l) {
+    caches.push_back(make());
+    ptrs.push_back(caches.back().get());
+  }
+  const size_t vocab = static_cast<size_t>(m.config.vocab_size);
+  std::vector<float> all(tokens.size() * vocab);
+  forward.run_all_logits(std::span<const int>(tokens.data(), prompt), ptrs, std::span<float>(all.data(), prompt * vocab));
+  for (size_t t = prompt; t < tokens.size(); ++t) {
+    const auto logits = forward.run(std::span<const int>(&tokens[t], 1), ptrs);
+    std::copy(logits.begin(), logits.end(), all.begin() + static_cast<long>(t * vocab));
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST(GenerateGguf, SlidingLayersKeepOnlyTheirWindowWithBitIdenticalLogits) {
+  // Gemma 3's shape (five sliding layers, one global), window 20, pages of 16 tokens, 400
+  // tokens (a 150-token prompt in chunks of 7, then decode steps): the engine frees the sliding
+  // layers' old pages as they slide; logits equal, bit for bit, those of caches that keep every
+  // position, for the dense and the TurboQuant cache; sliding layers hold at most the window plus
+  // a block (64) and a page, the global layer everything.
+  Shape s{"gemma3", 128, 256, 6, 2, 1, 256, true, false, GgmlType::F32};
+  s.window = 20;
+  const Model m = load_model(write_random_gguf(s, "gemma3-ring.gguf", 15).path);
+  std::mt19937 rng(8);
+  std::vector<int> tokens(400);
+  for (int& t : tokens) t = static_cast<int>(rng() % 256);
+  const ModelConfig& c = m.config;
+  turbokv::TurboQuantCacheOptions tq;
+  tq.page_tokens = 16;
+  tq.window = 8;
+  tq.sinks = 1;
+  tq.exact_dtype = turbokv::DenseDtype::f16;
+  for (const bool quantized : {false, true}) {
+    SCOPED_TRACE(quantized ? "turboquant" : "dense");
+    std::vector<std::unique_ptr<turbokv::KVCache>> ring_caches, all_caches;
+    auto ring = ring_logits(m, tokens, 150, [&]() -> std::unique_ptr<turbokv::KVCache> {
+      if (quantized) return std::make_unique<turbokv::TurboQuantKVCache>(c.n_kv_heads, c.head_dim, tq);
+      return std::make_unique<turbokv::DenseKVCache>(c.n_kv_heads, c.head_dim, turbokv::DenseDtype::f16, 16);
+    }, ring_caches);
+    auto all = ring_logits(m, tokens, 150, [&]() -> std::unique_ptr<turbokv::KVCache> {
+      if (quantized) return std::make_unique<KeepAllTurboQuant>(c.n_kv_heads, c.head_dim, tq);
+      return std::make_unique<KeepAllDense>(c.n_kv_heads, c.head_dim, turbokv::DenseDtype::f16, 16);
+    }, all_caches);
+    ASSERT_EQ(0, std::memcmp(ring.data(), all.data(), ring.size() * sizeof(float)));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const turbokv::KVCache& cache = *ring_caches[static_cast<size_t>(l)];
+      EXPECT_EQ(cache.size(), tokens.size()) << l;
+      if (c.layer_slides(l)) {
+        EXPECT_LE(cache.size() - cache.first_held(), static_cast<size_t>(s.window) + 64 + 16) << l;
+        EXPECT_LT(cache.nbytes() * 3, all_caches[static_cast<size_t>(l)]->nbytes()) << l;
+      } else {
+        EXPECT_EQ(cache.first_held(), 0u) << l;
+        EXPECT_EQ(cache.nbytes(), all_caches[static_cast<size_t>(l)]->nbytes()) << l;
+      }
+    }
+  }
 }
 
 TEST(GenerateGguf, RandomOlmo2ShapedModelMatchesReference) {

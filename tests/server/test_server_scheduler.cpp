@@ -25,6 +25,7 @@
 #include "server/scheduling/scheduler.hpp"
 #include "kjv_server_fixture.hpp"
 #include "server/text/text_stream.hpp"
+#include "turbokv/attention.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
@@ -251,6 +252,57 @@ TEST(ServerScheduler, PrefixReuseAnswersExactlyAsRecomputation) {
     const Result again = wait(*submit(reuse, first));
     EXPECT_EQ(again.usage.cached_tokens, (first.prompt.size() - 1) / 16 * 16);
     EXPECT_EQ(again.text, r1.text);
+  }
+}
+
+TEST(ServerScheduler, SlidingWindowRingsReuseOnlyPrefixesTheyCanContinue) {
+  // The kjv model with every other layer sliding over 24 positions: those layers free their
+  // pages behind the window (rings), stored prefixes hold only the rings, and a request that
+  // branches off an earlier point of a long conversation (it shares M tokens of a stored
+  // N-token prefix, M < N, so it needs positions the N-token rings freed) answers exactly as
+  // computing it whole, as does every restored prefix.
+  engine::Model model = engine::load_model(kjv().model.path);
+  model.config.sliding_window = 24;
+  model.config.swa_pattern = 2;
+  std::string base;
+  for (const char* verse : {"In the beginning God created the heaven and the earth.",
+                            " And the earth was without form, and void; and darkness was upon the face of the deep.",
+                            " And the Spirit of God moved upon the face of the waters.",
+                            " And God said, Let there be light: and there was light.",
+                            " And God saw the light, that it was good: and God divided the light from the darkness.",
+                            " And God called the light Day, and the darkness he called Night."}) {
+    base += verse;
+  }
+  const auto& tok = *kjv().tok;
+  for (const std::string cache : {"turboquant:bits=4,window=32,sinks=1,exact=f16,attention=int8",
+                                  "turboquant:bits=4,window=32,sinks=1,exact=f16,attention=int8,sliding=same"}) {
+    SCOPED_TRACE(cache);
+    SchedulerOptions off = options(cache, 64 << 20);
+    off.prefix_cache = false;
+    Scheduler plain(model, tok, off);
+    Scheduler reuse(model, tok, options(cache, 64 << 20));
+    const auto first = tok.encode(base + " And the evening and the morning were the first day.", true);
+    ASSERT_GT(first.size(), 120u);
+    // The whole conversation twice: the second run restores its stored prefix (N tokens).
+    const auto r1 = test::run(reuse, first);
+    const auto again = test::run(reuse, first);
+    EXPECT_EQ(again.usage.cached_tokens, (first.size() - 1) / 16 * 16);
+    EXPECT_EQ(again.text, r1.text);
+    EXPECT_EQ(again.text, test::run(plain, first).text);
+    // Branches off earlier points: the first M tokens, then other text.
+    for (const size_t m : {size_t{40}, size_t{70}, first.size() - 20}) {
+      std::vector<int> branch(first.begin(), first.begin() + static_cast<long>(m));
+      const auto tail = tok.encode(" And God blessed them, saying, Be fruitful", false);
+      branch.insert(branch.end(), tail.begin(), tail.end());
+      const auto want = test::run(plain, branch);
+      const auto got = test::run(reuse, branch);
+      ASSERT_TRUE(got.error.empty()) << got.error;
+      EXPECT_LE(got.usage.cached_tokens, m);
+      EXPECT_EQ(got.text, want.text) << "branch at " << m;
+      // And once more: the branch point is stored now and restores.
+      const auto repeat = test::run(reuse, branch);
+      EXPECT_EQ(repeat.text, want.text) << "branch at " << m;
+    }
   }
 }
 
@@ -501,6 +553,48 @@ TEST(KvFootprint, ReservationBoundsWhatCachesAllocate) {
       EXPECT_LE(fp.reservation(n), allocated_bytes(cache) + fp.reservation(48) + 4096) << spec << " at " << n;
     }
     EXPECT_THROW(fp.reservation(201), Error);
+  }
+}
+
+TEST(KvFootprint, SlidingLayersReserveTheirRingNotEveryToken) {
+  // Every other layer slides over 40 positions and frees behind it as the decoder does
+  // (drop_before after each append): the reservation still bounds what the caches allocate, and
+  // the sliding layers' part stops growing, so a long sequence reserves far less.
+  const auto& c = kjv().model.config;
+  std::vector<size_t> windows(static_cast<size_t>(c.n_layers), 0);
+  for (size_t l = 0; l < windows.size(); l += 2) windows[l] = 40;
+  for (const std::string spec : {"dense:page_tokens=16", "turboquant:bits=4,window=8,sinks=1,exact=f16,page_tokens=16",
+                                 "turboquant:bits=4,window=8,sinks=1,exact=f16,page_tokens=16,sliding=same"}) {
+    const CacheConfig config = parse_cache_config(spec);
+    const KvFootprint ring(config, c.n_layers, c.n_kv_heads, c.head_dim, 400, 16, windows);
+    const KvFootprint full(config, c.n_layers, c.n_kv_heads, c.head_dim, 400, 16);
+    std::mt19937 rng(6);
+    // Sliding layers dense (the default) or as the others (sliding=same), as the footprint counts.
+    auto cache = make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config, windows);
+    EXPECT_EQ(cache.layer(0).class_name(), config.sliding == "same" ? config.kind : std::string("dense")) << spec;
+    EXPECT_EQ(cache.layer(1).class_name(), config.kind) << spec;
+    std::vector<float> kv(static_cast<size_t>(c.n_kv_heads) * c.head_dim * 16, 0.5f);
+    size_t n = 0;
+    while (n < 400) {
+      const size_t count = std::min<size_t>(400 - n, 1 + rng() % 16);
+      n += count;
+      for (size_t l = 0; l < cache.n_layers(); ++l) {
+        const std::span<const float> part(kv.data(), count * c.n_kv_heads * c.head_dim);
+        cache.layer(l).append(part, part, count);
+      }
+      EXPECT_LE(allocated_bytes(cache), ring.reservation(n)) << spec << " at " << n;
+      for (size_t l = 0; l < cache.n_layers(); ++l) {
+        if (windows[l] > 0) cache.layer(l).drop_before(sliding_window_keep_from(n, windows[l]));
+      }
+    }
+    // Sliding layers flat past window + a block + pages; the global ones grow per token.
+    const size_t per_token_global = (full.reservation(400) - full.reservation(200)) / 2;
+    EXPECT_LE(ring.reservation(400) - ring.reservation(200), per_token_global + 4096) << spec;
+    // Same class on every layer: half the layers hold ~120 positions instead of 400.
+    if (config.kind == "dense" || config.sliding == "same") {
+      EXPECT_LT(ring.reservation(400), full.reservation(400) * 3 / 4) << spec;
+    }
+    EXPECT_THROW(KvFootprint(config, c.n_layers, c.n_kv_heads, c.head_dim, 10, 16, std::vector<size_t>{40}), Error);
   }
 }
 

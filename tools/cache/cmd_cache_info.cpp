@@ -65,6 +65,7 @@ int run_cache_info(const CacheInfoOptions& opt) {
                                {"kv_heads", layer.kv_heads()},
                                {"head_dim", layer.head_dim()},
                                {"tokens", layer.size()},
+                               {"first_held", layer.first_held()},
                                {"nbytes", layer.nbytes()},
                                {"metadata", info.layers[i]}});
     }
@@ -79,14 +80,25 @@ int run_cache_info(const CacheInfoOptions& opt) {
   }
   fmt::print("{} layers, {} tokens, {} bytes held\n", cache.n_layers(), cache.size(),
              cache.nbytes());
-  fmt::print("{:>5} {:<11} {:>8} {:>8} {:>8} {:>12} {:>9}  {}\n", "layer", "class", "kv_heads",
-             "head_dim", "tokens", "bytes", "B/token", "encoding");
+  // Per layer kind: a sliding-window layer's ring holds only its last positions (first_held > 0).
+  size_t ring_layers = 0, ring_bytes = 0;
+  for (size_t i = 0; i < cache.n_layers(); ++i) {
+    if (cache.layer(i).first_held() == 0) continue;
+    ++ring_layers;
+    ring_bytes += cache.layer(i).nbytes();
+  }
+  if (ring_layers > 0) {
+    fmt::print("  sliding-window rings: {} layers, {} bytes; layers holding every token: {}, {} bytes\n", ring_layers,
+               ring_bytes, cache.n_layers() - ring_layers, cache.nbytes() - ring_bytes);
+  }
+  fmt::print("{:>5} {:<11} {:>8} {:>8} {:>8} {:>8} {:>12} {:>9}  {}\n", "layer", "class", "kv_heads",
+             "head_dim", "tokens", "held", "bytes", "B/held", "encoding");
   for (size_t i = 0; i < cache.n_layers(); ++i) {
     const KVCache& layer = cache.layer(i);
-    const double per_token =
-        layer.size() ? static_cast<double>(layer.nbytes()) / layer.size() : 0.0;
-    fmt::print("{:>5} {:<11} {:>8} {:>8} {:>8} {:>12} {:>9.1f}  {}\n", i, layer.class_name(),
-               layer.kv_heads(), layer.head_dim(), layer.size(), layer.nbytes(), per_token,
+    const size_t held = layer.size() - layer.first_held();
+    const double per_token = held ? static_cast<double>(layer.nbytes()) / held : 0.0;
+    fmt::print("{:>5} {:<11} {:>8} {:>8} {:>8} {:>8} {:>12} {:>9.1f}  {}\n", i, layer.class_name(),
+               layer.kv_heads(), layer.head_dim(), layer.size(), held, layer.nbytes(), per_token,
                describe(info.layers[i]));
   }
   return 0;

@@ -86,7 +86,8 @@ int run_generate(const GenerateArgs& a) {
     cache_kind = session->cache().layer(0).class_name() + " (loaded)";
   } else {
     const CacheConfig config = kv_request_config(*a.kv, std::nullopt);
-    session.emplace(model, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config), pool, a.chunk);
+    session.emplace(model, make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, config, c.layer_windows()), pool,
+                    a.chunk);
     to_feed = prompt_ids;
     cache_kind = kv_cache_label(config);
     cache_config = format_cache_config(config);
