@@ -251,7 +251,7 @@ EvalResult evaluate_kv_configs(const Model& model, std::span<const int> text_tok
     const size_t n = window.size();
     reference_logits.assign(n * vocab, 0.0f);
     {
-      PromptCache cache = make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, reference_config);
+      PromptCache cache = make_prompt_cache(mc.n_layers, mc.n_kv_heads, mc.head_dim, reference_config, mc.layer_windows());
       const auto layers = layer_pointers(cache);
       chunked.run_all_logits(window, layers, reference_logits);
     }

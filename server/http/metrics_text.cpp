@@ -60,6 +60,8 @@ std::vector<Row> scheduler_rows(const SchedulerMetrics& m) {
       static_cast<double>(m.last_batch_sequences)},
     {"turbokv_batch_rows", "gauge", "Token rows in the last step", static_cast<double>(m.last_batch_rows)},
     {"turbokv_steps_total", "counter", "Batched forward steps", static_cast<double>(m.steps_total)},
+    {"turbokv_prompt_steps_total", "counter", "Batched forward steps that carried prompt rows",
+      static_cast<double>(m.prompt_steps_total)},
     {"turbokv_step_seconds_total", "counter", "Seconds spent in forward steps",
       static_cast<double>(m.step_seconds_total)},
     {"turbokv_step_base_seconds", "gauge", "Fitted fixed cost of a step that carries prompt rows", m.step_base_seconds},

@@ -427,6 +427,7 @@ bool Scheduler::step() {
   std::lock_guard lock(mutex_);
   metrics_.generated_tokens_total += generated;
   ++metrics_.steps_total;
+  if (batch.prompt_rows > 0) ++metrics_.prompt_steps_total;
   metrics_.step_seconds_total += seconds;
   metrics_.last_batch_rows = batch.decode_rows + batch.prompt_rows;
   metrics_.step_base_seconds = impl_->cost.base_seconds();

@@ -118,6 +118,7 @@ struct SchedulerMetrics {
   uint64_t requests_finished_total = 0, requests_cancelled_total = 0, requests_failed_total = 0;
   uint64_t requests_rejected_total = 0;
   uint64_t steps_total = 0;
+  uint64_t prompt_steps_total = 0;  // steps that carried prompt rows (with or without decode rows)
   size_t last_batch_sequences = 0, last_batch_rows = 0;
   size_t peak_running = 0, peak_kv_allocated = 0;
   double step_seconds_total = 0;
