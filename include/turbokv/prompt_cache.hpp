@@ -50,11 +50,14 @@ struct CacheConfig {
   // saved file needs nothing more to decode.
   std::vector<LayerBits> layer_bits;
   // How a sliding-window layer is stored (layer_cache_config with the layer's window > 0; it
-  // keeps only its window, a ring of pages): "dense" (the default), a DenseKVCache of dense_dtype,
-  // exact, since a window of 512-4096 positions is small next to a long context's global layers
-  // (docs/architecture.md, Sliding windows); "same": the configuration's own kind, as the global
-  // layers (TurboQuant compresses the window too).
-  std::string sliding = "dense";
+  // keeps only its window, a ring of pages): "dense", a DenseKVCache of dense_dtype, exact;
+  // "same": the configuration's own kind, as the global layers (TurboQuant compresses the window
+  // too); "auto" (the default): dense for windows up to kDenseRingMaxWindow positions (Gemma 3's
+  // 512 and 1024: small next to a long context's global layers), the same as the others for
+  // wider ones (Gemma 2's 4096; Mistral's 4096 and Phi-3's 2047, where every layer slides and
+  // dense rings would leave nothing compressed below 2-4K tokens). docs/architecture.md, Sliding
+  // windows.
+  std::string sliding = "auto";
 };
 
 // Parses "kind[:key=value,...]"; throws turbokv::Error on an unknown key or a bad value.
@@ -69,9 +72,12 @@ using CacheMaker =
 void register_cache_maker(const std::string& kind, CacheMaker maker);
 std::unique_ptr<KVCache> make_kv_cache(int kv_heads, int head_dim, const CacheConfig& config);
 
+// The widest sliding window whose ring sliding=auto keeps dense.
+inline constexpr size_t kDenseRingMaxWindow = 1024;
+
 // The configuration of layer `layer` of n_layers: a dense one for config.dense_layers, and for a
-// sliding-window layer (window > 0: the positions it attends back) unless config.sliding is
-// "same", the layer's widths from config.layer_bits, without the per-layer lists. The one place
+// sliding-window layer (window > 0: the positions it attends back) as config.sliding says, the
+// layer's widths from config.layer_bits, without the per-layer lists. The one place
 // a layer's kind chooses its cache. Throws turbokv::Error for a layer index outside the model
 // (either list).
 CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layers, size_t window = 0);

@@ -88,8 +88,9 @@ CacheConfig parse_cache_config(const std::string& spec) {
     if (key == "dense_layers") {
       config.dense_layers = parse_layers(value);
     } else if (key == "sliding") {
-      TURBOKV_CHECK(value == "dense" || value == "same",
-                    "cache config: sliding must be dense or same (how sliding-window layers are stored), got '{}'",
+      TURBOKV_CHECK(value == "auto" || value == "dense" || value == "same",
+                    "cache config: sliding must be auto, dense or same (how sliding-window layers are stored), "
+                    "got '{}'",
                     value);
       config.sliding = value;
     } else if (key == "layer_bits" && config.kind == "turboquant") {
@@ -172,7 +173,7 @@ std::string format_cache_config(const CacheConfig& c) {
   if (!c.dense_layers.empty()) {
     items.push_back(fmt::format("dense_layers={}", fmt::join(c.dense_layers, ";")));
   }
-  if (c.sliding != "dense") items.push_back("sliding=" + c.sliding);
+  if (c.sliding != "auto") items.push_back("sliding=" + c.sliding);
   if (!c.layer_bits.empty()) {
     std::vector<std::string> entries;
     for (const LayerBits& lb : c.layer_bits) {
@@ -194,7 +195,8 @@ CacheConfig layer_cache_config(const CacheConfig& config, int layer, int n_layer
   CacheConfig out = config;
   out.dense_layers.clear();
   out.layer_bits.clear();
-  const bool sliding_dense = window > 0 && config.sliding == "dense";
+  const bool sliding_dense =
+      window > 0 && (config.sliding == "dense" || (config.sliding == "auto" && window <= kDenseRingMaxWindow));
   if (sliding_dense ||
       std::find(config.dense_layers.begin(), config.dense_layers.end(), layer) != config.dense_layers.end()) {
     out.kind = "dense";

@@ -16,6 +16,7 @@
 #include "turbokv/cache_io.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
+#include "turbokv/prompt_cache.hpp"
 #include "turbokv/turboquant_cache.hpp"
 
 namespace turbokv {
@@ -244,6 +245,33 @@ TEST(SlidingRing, AttentionThatWouldReadFreedPositionsIsRefused) {
     o.window = 40;
     EXPECT_TRUE(refused(o));
   }
+}
+
+}  // namespace
+}  // namespace turbokv
+
+namespace turbokv {
+namespace {
+
+// sliding=auto (the default) keeps narrow windows' rings exact and compresses wide ones like the
+// global layers: a model whose every layer slides over 2-4K positions (Mistral, Phi-3) would
+// otherwise hold no compressed layer at all below that many tokens.
+TEST(SlidingRing, AutoKeepsNarrowWindowsDenseAndCompressesWideOnes) {
+  const CacheConfig tq = parse_cache_config("turboquant:bits=4,window=32,sinks=1");
+  EXPECT_EQ(tq.sliding, "auto");
+  EXPECT_EQ(layer_cache_config(tq, 0, 4, 0).kind, "turboquant") << "a global layer";
+  EXPECT_EQ(layer_cache_config(tq, 0, 4, 512).kind, "dense") << "Gemma 3's window";
+  EXPECT_EQ(layer_cache_config(tq, 0, 4, kDenseRingMaxWindow).kind, "dense");
+  EXPECT_EQ(layer_cache_config(tq, 0, 4, kDenseRingMaxWindow + 1).kind, "turboquant");
+  EXPECT_EQ(layer_cache_config(tq, 0, 4, 4096).kind, "turboquant") << "Mistral's and Gemma 2's window";
+  const CacheConfig dense = parse_cache_config("turboquant:bits=4,sliding=dense");
+  EXPECT_EQ(layer_cache_config(dense, 0, 4, 4096).kind, "dense");
+  const CacheConfig same = parse_cache_config("turboquant:bits=4,sliding=same");
+  EXPECT_EQ(layer_cache_config(same, 0, 4, 512).kind, "turboquant");
+  // The default is not written out; the others are, and read back.
+  EXPECT_EQ(format_cache_config(tq).find("sliding"), std::string::npos);
+  EXPECT_EQ(parse_cache_config(format_cache_config(dense)).sliding, "dense");
+  EXPECT_THROW(parse_cache_config("turboquant:bits=4,sliding=ring"), Error);
 }
 
 }  // namespace
