@@ -37,6 +37,26 @@ inline bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// A folder of the system's temp directory for this process's files, created on first use and
+// removed with them when the process exits: ctest runs test processes two at a time, and a folder
+// they shared was removed by one while another opened its file from it (CI, issue 27).
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  struct Folders {
+    std::vector<std::filesystem::path> paths;
+    ~Folders() {
+      std::error_code ignored;
+      for (const auto& p : paths) std::filesystem::remove_all(p, ignored);
+    }
+  };
+  static Folders folders;
+  const auto path = std::filesystem::temp_directory_path() / ("turbokv_" + name + "-" + std::to_string(::getpid()));
+  bool known = false;
+  for (const auto& p : folders.paths) known = known || p == path;
+  if (!known) folders.paths.push_back(path);
+  std::filesystem::create_directories(path);
+  return path;
+}
+
 // A path in the test temp directory, unique to this process (ctest runs tests in parallel).
 inline std::string temp_path(const std::string& name) {
   return (std::filesystem::path(testing::TempDir()) /

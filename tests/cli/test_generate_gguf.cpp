@@ -15,7 +15,6 @@
 #include <system_error>
 #include <vector>
 
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +29,7 @@
 #include "engine/runtime/sampler.hpp"
 #include "engine/runtime/session.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
+#include "test_util.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/cache_config.hpp"
 #include "turbokv/prompt_cache.hpp"
@@ -43,21 +43,7 @@ namespace {
 
 const std::string kModels = TURBOKV_MODELS_DIR;
 
-// This process's own folder, removed when it exits: ctest runs each test as its own process, two
-// at a time, and a folder shared by all of them was removed by one test while another read its
-// file from it (CI: "cannot open model '/tmp/turbokv_test_generate_gguf/gemma3.gguf'").
-fs::path temp_dir() {
-  struct Folder {
-    fs::path path = fs::temp_directory_path() / ("turbokv_test_generate_gguf-" + std::to_string(::getpid()));
-    ~Folder() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Folder folder;
-  fs::create_directories(folder.path);
-  return folder.path;
-}
+fs::path temp_dir() { return turbokv::test::scratch_dir("test_generate_gguf"); }
 
 turbokv::PromptCache make_cache(const ModelConfig& c, const std::string& spec) {
   return turbokv::make_prompt_cache(c.n_layers, c.n_kv_heads, c.head_dim, turbokv::parse_cache_config(spec));

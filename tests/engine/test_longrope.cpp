@@ -15,13 +15,13 @@
 #include <system_error>
 #include <vector>
 
-#include <unistd.h>
 
 #include "engine/eval/evaluate.hpp"
 #include "engine/model/gguf.hpp"
 #include "engine/model/model.hpp"
 #include "forward_reference.hpp"
 #include "turbokv/cache_config.hpp"
+#include "test_util.hpp"
 #include "turbokv/error.hpp"
 
 using namespace turbokv::engine;
@@ -32,19 +32,7 @@ namespace {
 constexpr int kDim = 64, kHidden = 96, kLayers = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 16, kVocab = 64;
 constexpr int kContext = 512, kOriginal = 128;
 
-// This process's own folder (ctest runs test processes two at a time), removed at exit.
-fs::path temp_dir() {
-  struct Folder {
-    fs::path path = fs::temp_directory_path() / ("turbokv_test_longrope-" + std::to_string(::getpid()));
-    ~Folder() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Folder folder;
-  fs::create_directories(folder.path);
-  return folder.path;
-}
+fs::path temp_dir() { return turbokv::test::scratch_dir("test_longrope"); }
 
 // What a test writes into the file; the defaults are a valid Phi-3.5-style file.
 struct Phi3File {
