@@ -131,6 +131,25 @@ TEST(ServeBenchClient, MeasuresAStreamFromALlamaServerLikeServer) {
   const json all = json::parse(out.substr(out.find('{')));
   EXPECT_EQ(all["model"], "fake at " + fake.url()) << "the served model, not serve-bench's own --model default";
   EXPECT_TRUE(all["kv_budget"].is_null());
+  // Both streams decode at once: 2 x 9 tokens after the first in one ~0.41 s phase (3 x 20 ms,
+  // the 250 ms stall, 5 x 20 ms), ~44 tokens/s; in sequence it would be half.
+  EXPECT_EQ(r["peak_streaming"], 2);
+  EXPECT_GT(r["decode_tokens_per_s"].get<double>(), 30.0);
+  EXPECT_LT(r["decode_tokens_per_s"].get<double>(), 50.0);
+}
+
+TEST(ServeBenchClient, DecodeRateCountsTheTimeAnyStreamDecodesOnce) {
+  require_tool();
+  FakeLlamaServer fake(true);
+  // One client, two requests one after the other: one stream at a time, ~22 tokens/s.
+  const auto [out, status] = run("serve-bench --url " + fake.url() +
+                                 " --concurrency 1 --requests 2 --prompt-tokens 64 --max-tokens 10 --json");
+  ASSERT_EQ(status, 0) << out;
+  const json r = level_of(out);
+  ASSERT_FALSE(r.empty()) << out;
+  EXPECT_EQ(r["peak_streaming"], 1);
+  EXPECT_GT(r["decode_tokens_per_s"].get<double>(), 15.0);
+  EXPECT_LT(r["decode_tokens_per_s"].get<double>(), 25.0);
 }
 
 TEST(ServeBenchClient, AVocabularyItCannotLearnIsAClearErrorUnlessGiven) {

@@ -11,7 +11,8 @@
 // together and the rest arrive one every S seconds once those stream. Reported per
 // (configuration, level): generated tokens/s over the level's wall time, time to first token
 // (p50, p99), inter-token latency (p50, p90, p99), each stream's longest stall (its longest gap
-// between two tokens: p50 and max over the streams), the most sequences the server ran at once
+// between two tokens: p50 and max over the streams), the decode rate (tokens after each stream's
+// first, over the time some stream was decoding) and the most streams decoding at once, the most sequences the server ran at once
 // and the most KV bytes it held (polled from /metrics every 50 ms), and the server's peak RSS
 // (VmHWM, when it started the server). --json prints the same as one object, with the server's
 // fitted step costs (turbokv_step_* in /metrics) at the end of each level.
@@ -35,6 +36,8 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "tools/command_registry.hpp"
 #include "turbokv/cache_config.hpp"
@@ -193,6 +196,10 @@ struct LevelResult {
   double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p90 = 0, itl_p99 = 0;
   double stall_p50 = 0, stall_max = 0;  // over the streams' longest gaps between two tokens
   std::vector<double> stalls;           // each stream's longest gap, in request order
+  // Decoding as the clients saw it, whatever the server: the tokens after each stream's first over
+  // the time at least one stream was between its first and last token, and the most streams in
+  // that phase at once (a server that queues requests decodes fewer at a time).
+  double decode_tokens_per_s = 0, peak_streaming = 0;
   double peak_running = 0, peak_kv_bytes = 0, peak_waiting = 0;
   long rss_peak_kib = 0;
   std::map<std::string, double> step_cost;  // the server's fitted step costs at the end (turbokv only)
@@ -275,6 +282,39 @@ StreamResult stream_completion(const std::string& url, const json& body, const s
   return r;
 }
 
+// A stream's decoding phase, in seconds from the level's start, and the tokens it carried.
+struct DecodeSpan {
+  double first = 0, last = 0;
+  uint64_t tokens = 0;
+};
+
+// Tokens after each stream's first over the length of the union of the spans, and the most spans
+// open at once.
+std::pair<double, double> decode_rate_and_overlap(std::vector<DecodeSpan> spans) {
+  std::sort(spans.begin(), spans.end(), [](const DecodeSpan& a, const DecodeSpan& b) { return a.first < b.first; });
+  double covered = 0, open_until = -1;
+  uint64_t tokens = 0;
+  for (const auto& s : spans) {
+    tokens += s.tokens;
+    if (s.first >= open_until) {
+      covered += s.last - s.first;
+      open_until = s.last;
+    } else if (s.last > open_until) {
+      covered += s.last - open_until;
+      open_until = s.last;
+    }
+  }
+  std::vector<std::pair<double, int>> edges;  // +1 where a span opens, -1 where one closes
+  for (const auto& s : spans) {
+    edges.emplace_back(s.first, 1);
+    edges.emplace_back(s.last, -1);
+  }
+  std::sort(edges.begin(), edges.end());  // a close before an open at the same instant
+  int open = 0, most = 0;
+  for (const auto& [t, d] : edges) most = std::max(most, open += d);
+  return {covered > 0 ? static_cast<double>(tokens) / covered : 0.0, static_cast<double>(most)};
+}
+
 // Distinct random prompts (no prefix is shared), token ids past the byte range.
 json completion_body(const BenchArgs& a, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -291,6 +331,7 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
   r.requests = a.requests > 0 ? a.requests : 2 * concurrency;
   std::mutex mutex;
   std::vector<double> ttft, itl;
+  std::vector<DecodeSpan> spans;
   r.stalls.assign(static_cast<size_t>(r.requests), 0.0);
   std::atomic<uint64_t> generated{0};
   std::atomic<int> failed{0};
@@ -307,8 +348,10 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
     }
   });
   std::atomic<int> first_tokens{0};
+  const auto t0 = Clock::now();
   auto run_request = [&](int i) {
     const bool initial = i < concurrency;
+    const double sent = std::chrono::duration<double>(Clock::now() - t0).count();
     const StreamResult s = stream_completion(url, completion_body(a, vocab, seed + static_cast<uint64_t>(i) * 7919),
                                              [&] { first_tokens += initial ? 1 : 0; });
     if (!s.ok) {
@@ -325,8 +368,8 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
       longest = std::max(longest, itl.back());
     }
     r.stalls[static_cast<size_t>(i)] = longest;
+    if (s.arrivals.size() > 1 && s.tokens > 1) spans.push_back({sent + s.arrivals.front(), sent + s.arrivals.back(), s.tokens - 1});
   };
-  const auto t0 = Clock::now();
   std::vector<std::thread> clients;
   std::atomic<int> next{0};  // outlives the client threads (joined below): not inside the if
   if (a.arrive_every <= 0) {
@@ -360,6 +403,7 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
   r.itl_p99 = percentile(itl, 99);
   r.stall_p50 = percentile(r.stalls, 50);
   r.stall_max = r.stalls.empty() ? 0 : *std::max_element(r.stalls.begin(), r.stalls.end());
+  std::tie(r.decode_tokens_per_s, r.peak_streaming) = decode_rate_and_overlap(spans);
   r.peak_running = peak_running;
   r.peak_waiting = peak_waiting;
   r.peak_kv_bytes = peak_kv;
@@ -426,6 +470,7 @@ int run_bench(const BenchArgs& a) {
                                 {"ttft_p50_s", r.ttft_p50}, {"ttft_p99_s", r.ttft_p99}, {"itl_p50_s", r.itl_p50},
                                 {"itl_p90_s", r.itl_p90}, {"itl_p99_s", r.itl_p99}, {"stall_p50_s", r.stall_p50},
                                 {"stall_max_s", r.stall_max}, {"stalls_s", r.stalls}, {"step_cost", r.step_cost},
+                                {"decode_tokens_per_s", r.decode_tokens_per_s}, {"peak_streaming", r.peak_streaming},
                                 {"peak_running", r.peak_running},
                                 {"peak_waiting", r.peak_waiting}, {"peak_kv_bytes", r.peak_kv_bytes},
                                 {"rss_peak_bytes", r.rss_peak_kib * 1024}});
@@ -436,14 +481,14 @@ int run_bench(const BenchArgs& a) {
   fmt::print("serve-bench: {} ({}), budget {}, prompts {} tokens, {} generated\n", server_model,
              a.url.empty() ? a.weights : "?", a.url.empty() ? a.kv_budget : "?",
              a.prompt_tokens, a.max_tokens);
-  fmt::print("| kv | clients | requests | gen tok/s | TTFT p50 / p99 (s) | ITL p50 / p90 / p99 (ms) | longest stall "
+  fmt::print("| kv | clients | requests | gen tok/s | decode tok/s (streams at once) | TTFT p50 / p99 (s) | ITL p50 / p90 / p99 (ms) | longest stall "
              "p50 / max (ms) | peak running | peak KV MiB | peak RSS MiB |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& r : results) {
-    fmt::print("| {} | {} | {}{} | {:.1f} | {:.2f} / {:.2f} | {:.0f} / {:.0f} / {:.0f} | {:.0f} / {:.0f} | {:.0f} | {:.1f} | "
+    fmt::print("| {} | {} | {}{} | {:.1f} | {:.1f} ({:.0f}) | {:.2f} / {:.2f} | {:.0f} / {:.0f} / {:.0f} | {:.0f} / {:.0f} | {:.0f} | {:.1f} | "
                "{:.0f} |\n",
                r.kv, r.concurrency, r.requests, r.failed ? fmt::format(" ({} failed)", r.failed) : "", r.tokens_per_s,
-               r.ttft_p50, r.ttft_p99, r.itl_p50 * 1e3, r.itl_p90 * 1e3, r.itl_p99 * 1e3, r.stall_p50 * 1e3,
+               r.decode_tokens_per_s, r.peak_streaming, r.ttft_p50, r.ttft_p99, r.itl_p50 * 1e3, r.itl_p90 * 1e3, r.itl_p99 * 1e3, r.stall_p50 * 1e3,
                r.stall_max * 1e3, r.peak_running, r.peak_kv_bytes / (1 << 20), static_cast<double>(r.rss_peak_kib) / 1024.0);
   }
   return 0;
