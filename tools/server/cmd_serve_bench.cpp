@@ -12,9 +12,9 @@
 // (configuration, level): generated tokens/s over the level's wall time, time to first token
 // (p50, p99), inter-token latency (p50, p90, p99), each stream's longest stall (its longest gap
 // between two tokens: p50 and max over the streams), the decode rate (tokens after each stream's
-// first, over the time some stream was decoding) and the most streams decoding at once, the most sequences the server ran at once
-// and the most KV bytes it held (polled from /metrics every 50 ms), and the server's peak RSS
-// (VmHWM, when it started the server). --json prints the same as one object, with the server's
+// first, over the time some stream was decoding) and the most streams decoding at once, the most
+// sequences the server ran at once and the most KV bytes it held (polled from /metrics every
+// 50 ms), and the server's peak RSS (VmHWM, when it started the server). --json prints the same as one object, with the server's
 // fitted step costs (turbokv_step_* in /metrics) at the end of each level.
 #include <fmt/format.h>
 #include <httplib.h>
@@ -288,30 +288,24 @@ struct DecodeSpan {
   uint64_t tokens = 0;
 };
 
-// Tokens after each stream's first over the length of the union of the spans, and the most spans
-// open at once.
-std::pair<double, double> decode_rate_and_overlap(std::vector<DecodeSpan> spans) {
-  std::sort(spans.begin(), spans.end(), [](const DecodeSpan& a, const DecodeSpan& b) { return a.first < b.first; });
-  double covered = 0, open_until = -1;
-  uint64_t tokens = 0;
-  for (const auto& s : spans) {
-    tokens += s.tokens;
-    if (s.first >= open_until) {
-      covered += s.last - s.first;
-      open_until = s.last;
-    } else if (s.last > open_until) {
-      covered += s.last - open_until;
-      open_until = s.last;
-    }
-  }
+// Tokens after each stream's first over the time at least one span is open, and the most spans
+// open at once: one sweep over the spans' edges in time order.
+std::pair<double, double> decode_rate_and_overlap(const std::vector<DecodeSpan>& spans) {
   std::vector<std::pair<double, int>> edges;  // +1 where a span opens, -1 where one closes
+  uint64_t tokens = 0;
   for (const auto& s : spans) {
     edges.emplace_back(s.first, 1);
     edges.emplace_back(s.last, -1);
+    tokens += s.tokens;
   }
   std::sort(edges.begin(), edges.end());  // a close before an open at the same instant
+  double covered = 0, previous = 0;
   int open = 0, most = 0;
-  for (const auto& [t, d] : edges) most = std::max(most, open += d);
+  for (const auto& [t, d] : edges) {
+    if (open > 0) covered += t - previous;
+    previous = t;
+    most = std::max(most, open += d);
+  }
   return {covered > 0 ? static_cast<double>(tokens) / covered : 0.0, static_cast<double>(most)};
 }
 
