@@ -3,7 +3,6 @@
 // queries (a prompt chunk) runs tiles of kPrefillRows rows through the table's prefill_*
 // kernels, which share each block's loads among all of them.
 #include <algorithm>
-#include <vector>
 
 #include "attention/attention_engine.hpp"
 #include "attention/attention_paths.hpp"
@@ -73,8 +72,9 @@ void attend_dense(const AttentionRequest& request, const DenseKVCache& cache) {
   const int kv_heads = cache.kv_heads();
   const int dim = cache.head_dim();
   const int group = request.n_q_heads / kv_heads;
-  std::vector<float> rows(static_cast<size_t>(request.n_q_heads) * request.n_queries * dim);
-  gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, rows.data(), dim, 0);
+  const size_t n_floats = static_cast<size_t>(request.n_q_heads) * request.n_queries * dim;
+  float* rows = call_buffer(CallBuffer::queries, n_floats);
+  gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, rows, dim, 0);
   Problem problem;
   problem.kv_heads = kv_heads;
   problem.group = group;
@@ -82,14 +82,15 @@ void attend_dense(const AttentionRequest& request, const DenseKVCache& cache) {
   problem.n_tokens = cache.size();
   problem.q_width = dim;
   problem.acc_width = dim;
-  problem.rows = rows.data();
+  problem.rows = rows;
   problem.options = request.options;
   problem.scale = effective_scale(request.options, dim);
   problem.kernels = &active_kernel_table();
   problem.tile_rows = prefill_tile_rows(request.n_queries);
   const DenseSource source(cache, *problem.kernels, problem.tile_rows == kPrefillRows);
-  const std::vector<float> result = run_attention(problem, source);
-  scatter_output_rows(result.data(), dim, 0, kv_heads, group, request.n_queries, dim, request.out);
+  float* result = call_buffer(CallBuffer::result, n_floats);
+  run_attention(problem, source, result);
+  scatter_output_rows(result, dim, 0, kv_heads, group, request.n_queries, dim, request.out);
 }
 
 }  // namespace turbokv::attn

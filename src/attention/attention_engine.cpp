@@ -107,7 +107,22 @@ void scatter_output_rows(const float* rows, size_t width, size_t offset, int kv_
   }
 }
 
-std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
+float* call_buffer(CallBuffer which, size_t floats) {
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t size = 0;
+  };
+  thread_local Buffer buffers[static_cast<size_t>(CallBuffer::count)];
+  Buffer& b = buffers[static_cast<size_t>(which)];
+  if (b.size < floats) {
+    b.data.reset();  // before the new one: never both at once
+    b.data.reset(new float[floats]);
+    b.size = floats;
+  }
+  return b.data.get();
+}
+
+void run_attention(const Problem& p, const BlockSource& source, float* result) {
   const size_t rows_per_head = static_cast<size_t>(p.group) * p.n_queries;
   const size_t tile_rows = static_cast<size_t>(p.tile_rows);
   TURBOKV_CHECK(p.tile_rows >= 1 && p.tile_rows <= kPrefillRows, "attention: tile rows {} outside [1, {}]", p.tile_rows,
@@ -126,10 +141,11 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
   splits = std::max<size_t>(1, (n_blocks + blocks_per_split - 1) / blocks_per_split);
   const size_t split_tokens = blocks_per_split * kBlockTokens;
 
-  // Partial results per (head, tile, split): m and l per row, then acc rows.
+  // Partial results per (head, tile, split): m and l per row, then acc rows. With one split a
+  // task's rows are final and go straight to `result`.
   const size_t part_floats = tile_rows * 2 + tile_rows * p.acc_width;
   const size_t n_tasks = base_tasks * splits;
-  std::vector<float> partials(n_tasks * part_floats);
+  float* partials = splits > 1 ? call_buffer(CallBuffer::partials, n_tasks * part_floats) : nullptr;
 
   run_parallel(threads, n_tasks, [&](size_t task) {
     const size_t split = task % splits;
@@ -157,16 +173,26 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
     const size_t begin = std::max(split * split_tokens, tile.window_start() / kBlockTokens * kBlockTokens);
     const size_t end = std::min(tile.horizon(p.n_tokens), (split + 1) * split_tokens);
     if (begin < end) source.process(head, begin, end, tile);
-    float* part = partials.data() + task * part_floats;
+    if (splits == 1) {
+      for (int r = 0; r < tile.rows; ++r) {
+        // Every causal row sees its own token, so l > 0; guard anyway against a NaN-free zero.
+        const float inv = tile.l[r] > 0.0f ? static_cast<float>(1.0 / static_cast<double>(tile.l[r])) : 0.0f;
+        const float* acc = tile.acc.data() + r * p.acc_width;
+        float* dst = result + (head * rows_per_head + row0 + r) * p.acc_width;
+        for (size_t j = 0; j < p.acc_width; ++j) dst[j] = acc[j] * inv;
+      }
+      return;
+    }
+    float* part = partials + task * part_floats;
     for (int r = 0; r < tile.rows; ++r) {
       part[r] = tile.m[r];
       part[tile_rows + r] = tile.l[r];
     }
     std::copy(tile.acc.begin(), tile.acc.end(), part + 2 * tile_rows);
   });
+  if (splits == 1) return;
 
   // Merge the splits: acc = sum_s exp(m_s - M) acc_s, l = sum_s exp(m_s - M) l_s.
-  std::vector<float> result(static_cast<size_t>(p.kv_heads) * rows_per_head * p.acc_width);
   for (int head = 0; head < p.kv_heads; ++head) {
     for (size_t tile_index = 0; tile_index < tiles; ++tile_index) {
       const size_t row0 = tile_index * tile_rows;
@@ -175,27 +201,22 @@ std::vector<float> run_attention(const Problem& p, const BlockSource& source) {
       for (int r = 0; r < rows; ++r) {
         float big = kNegInf;
         for (size_t s = 0; s < splits; ++s) big = std::max(big, partials[(task0 + s) * part_floats + r]);
-        float* dst = result.data() + (head * rows_per_head + row0 + r) * p.acc_width;
+        float* dst = result + (head * rows_per_head + row0 + r) * p.acc_width;
+        std::fill(dst, dst + p.acc_width, 0.0f);
         double l = 0.0;
         for (size_t s = 0; s < splits; ++s) {
-          const float* part = partials.data() + (task0 + s) * part_floats;
+          const float* part = partials + (task0 + s) * part_floats;
           if (part[r] == kNegInf) continue;
           const float f = std::exp(part[r] - big);
           l += static_cast<double>(f) * part[tile_rows + r];
           const float* acc = part + 2 * tile_rows + r * p.acc_width;
-          if (splits == 1) {
-            std::copy(acc, acc + p.acc_width, dst);
-          } else {
-            for (size_t j = 0; j < p.acc_width; ++j) dst[j] += f * acc[j];
-          }
+          for (size_t j = 0; j < p.acc_width; ++j) dst[j] += f * acc[j];
         }
-        // Every causal row sees its own token, so l > 0; guard anyway against a NaN-free zero.
         const float inv = l > 0.0 ? static_cast<float>(1.0 / l) : 0.0f;
         for (size_t j = 0; j < p.acc_width; ++j) dst[j] *= inv;
       }
     }
   }
-  return result;
 }
 
 }  // namespace turbokv::attn

@@ -96,9 +96,18 @@ struct Problem {
 // sequence's results stay independent of the batch it runs in.
 inline int prefill_tile_rows(int n_queries) { return n_queries > 1 ? kPrefillRows : kMaxRows; }
 
-// Runs attention for every row; returns the normalized accumulators acc / l,
+// Runs attention for every row and writes the normalized accumulators acc / l to `result`,
 // [kv_heads][group * n_queries][acc_width].
-std::vector<float> run_attention(const Problem& problem, const BlockSource& source);
+void run_attention(const Problem& problem, const BlockSource& source, float* result);
+
+// Per-thread buffers of an attend() call, reused by the thread's next call. A prompt chunk's
+// query rows, results and partials are megabytes; as fresh vectors each call, the allocator
+// gave them back to the system and every layer faulted them in again, zeroed (issue 29: ten
+// times a dense cache's page faults with TurboQuant's wider rows, ~8% of prefill). A buffer
+// only grows, to the largest call its thread has made (the engine's chunk size bounds it).
+enum class CallBuffer { queries, prepared, rotated, projected, partials, result, count };
+// At least `floats` floats of the calling thread's buffer `which`, contents unspecified.
+float* call_buffer(CallBuffer which, size_t floats);
 
 // Runs fn(task) for task < n_tasks on `threads` threads (0: all cores, 1: the caller only).
 void run_parallel(int threads, size_t n_tasks, const std::function<void(size_t)>& fn);

@@ -159,6 +159,16 @@ struct KernelTable {
   // zero padding of query rows cancels and that no output reads.
   void (*group_decode)(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
                        float* out, size_t ld);
+  // The contracts of int8_dots / int8_accumulate (the same integers, so every table's bits
+  // equal the scalar table's) for prefill tiles of up to kPrefillRows rows, n <= kBlockTokens.
+  // The VNNI table decodes each block once for all rows and multiplies on 512-bit registers
+  // (attention_int8_simd.hpp, "prefill tiles"); the others point at int8_dots / int8_accumulate.
+  void (*prefill_int8_dots)(const int8_t* q8, size_t q_stride, int rows, const float* row_scale,
+                            const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
+                            float* scores, size_t ld, bool add);
+  void (*prefill_int8_accumulate)(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
+                                  const uint8_t* records, size_t code_size, size_t n,
+                                  const CodeGroup& group, float* acc, size_t acc_stride);
 };
 
 // 12-bit integers: sums of 256 products of two of them stay within int32, and their rounding

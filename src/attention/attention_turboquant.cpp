@@ -21,10 +21,11 @@
 // times the codebook's integer scale); the compressed tokens' softmax weights times their value
 // norms become 7-bit (12-bit) integers per row and block. Sinks and window stay float.
 //
-// Prefill (a call with several queries, mse keys, exact arithmetic): tiles of kPrefillRows rows.
-// Each block's codes are decoded once (group_decode) into centroid rows laid out as the prepared
-// query rows (keys) and accumulators (values), which the blocked prefill kernels multiply by all
-// the tile's rows. Int8 arithmetic keeps its own kernels and tiles of kMaxRows for prompts too.
+// Prefill (a call with several queries, mse keys): tiles of kPrefillRows rows. In exact
+// arithmetic each block's codes are decoded once (group_decode) into centroid rows laid out as
+// the prepared query rows (keys) and accumulators (values), which the blocked prefill kernels
+// multiply by all the tile's rows; in int8 arithmetic the prefill_int8_* kernels do the same
+// with integer centroids (the 8-row kernels' sums, so the same results per row).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -97,11 +98,10 @@ bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& ke
 
 class TurboQuantSource : public BlockSource {
  public:
-  // prefill: decode blocks for the prefill kernels (float rows, mse keys; not with int8).
+  // prefill: tiles of kPrefillRows rows through the prefill kernels (mse keys only).
   TurboQuantSource(const TurboQuantKVCache& cache, const KernelTable& kernels, bool int8, bool prefill)
       : cache_(cache), dim_(cache.head_dim()), chunk_order4_(kernels.chunk_order4), int8_(int8), prefill_(prefill) {
-    TURBOKV_CHECK(!(int8 && prefill) && !(prefill && cache.key_prod() != nullptr),
-                  "TurboQuantSource: prefill tiles take float rows of mse keys");
+    TURBOKV_CHECK(!(prefill && cache.key_prod() != nullptr), "TurboQuantSource: prefill tiles take mse keys");
     const TurboQuantMse* mse = cache.key_mse();
     const TurboQuantProd* prod = cache.key_prod();
     key_layout_ = prod != nullptr ? prod->layout() : mse->layout();
@@ -159,18 +159,16 @@ class TurboQuantSource : public BlockSource {
 
   // Fills the prepared rows from the original query rows ([n][dim]).
   void prepare_queries(const float* q, size_t n, float* rows) const {
-    std::vector<float> rotated(n * dim_), projected;
+    float* rotated = call_buffer(CallBuffer::rotated, n * dim_);
+    float* projected = qjl_ ? call_buffer(CallBuffer::projected, n * dim_) : nullptr;
     const TurboQuantProd* prod = cache_.key_prod();
-    if (prod != nullptr) prod->rotation().forward(q, rotated.data(), n);
-    else cache_.key_mse()->rotation().forward(q, rotated.data(), n);
-    if (qjl_) {
-      projected.resize(n * dim_);
-      prod->qjl_project(rotated.data(), projected.data(), n);
-    }
+    if (prod != nullptr) prod->rotation().forward(q, rotated, n);
+    else cache_.key_mse()->rotation().forward(q, rotated, n);
+    if (qjl_) prod->qjl_project(rotated, projected, n);
     std::fill(rows, rows + n * q_width_, 0.0f);
     for (size_t i = 0; i < n; ++i) {
       float* row = rows + i * q_width_;
-      const float* y = rotated.data() + i * dim_;
+      const float* y = rotated + i * dim_;
       int first = 0;
       for (int g = 0; g < n_key_groups_; ++g) {
         const CodeGroup& group = key_groups_[g];
@@ -186,14 +184,15 @@ class TurboQuantSource : public BlockSource {
         }
         first += group.dims;
       }
-      if (qjl_) std::copy(projected.data() + i * dim_, projected.data() + (i + 1) * dim_, row + q_qjl_);
+      if (qjl_) std::copy(projected + i * dim_, projected + (i + 1) * dim_, row + q_qjl_);
       std::copy(q + i * dim_, q + (i + 1) * dim_, row + q_orig_);
     }
   }
 
   // Un-rotates the value accumulators of n normalized rows and adds the exact part: out [n][dim].
   void finish_rows(const float* acc_rows, size_t n, float* out) const {
-    std::vector<float> rotated(n * dim_);
+    float* rotated = call_buffer(CallBuffer::rotated, n * dim_);
+    std::fill(rotated, rotated + n * dim_, 0.0f);
     for (size_t i = 0; i < n; ++i) {
       const float* a = acc_rows + i * acc_width_;
       int first = 0;
@@ -207,7 +206,7 @@ class TurboQuantSource : public BlockSource {
         first += group.dims;
       }
     }
-    cache_.value_codec().rotation().inverse(rotated.data(), out, n);
+    cache_.value_codec().rotation().inverse(rotated, out, n);
     for (size_t i = 0; i < n; ++i) {
       const float* exact = acc_rows + i * acc_width_ + acc_orig_;
       for (int j = 0; j < dim_; ++j) out[i * dim_ + j] += exact[j];
@@ -384,12 +383,15 @@ class TurboQuantSource : public BlockSource {
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
     float key_norm[kBlockTokens], value_norm[kBlockTokens];
-    alignas(32) uint8_t w8[kMaxRows * kBlockTokens];
-    alignas(32) uint16_t w16[kMaxRows * kBlockTokens];
-    float key_scale[2][kMaxRows], value_scale[2][kMaxRows], weight_scale[kMaxRows], weight_scale16[kMaxRows];
+    alignas(32) uint8_t w8[kPrefillRows * kBlockTokens];
+    alignas(32) uint16_t w16[kPrefillRows * kBlockTokens];
+    float key_scale[2][kPrefillRows], value_scale[2][kPrefillRows], weight_scale[kPrefillRows],
+        weight_scale16[kPrefillRows];
+    const auto int8_dots = prefill_ ? k.prefill_int8_dots : k.int8_dots;
+    const auto int8_accumulate = prefill_ ? k.prefill_int8_accumulate : k.int8_accumulate;
     const float* key_center = cache_.key_center(head);
     const float* value_center = cache_.value_center(head);
-    float q_dot_center[kMaxRows] = {};
+    float q_dot_center[kPrefillRows] = {};
     queries_dot_center(tile, key_center, q_dot_center);
     for (int r = 0; r < tile.rows; ++r) {
       for (int g = 0; g < n_key_groups_; ++g) key_scale[g][r] = tile.q[r * tile.q_width + q_scale_[g]];
@@ -403,8 +405,8 @@ class TurboQuantSource : public BlockSource {
             k.int16_dots(reinterpret_cast<const int16_t*>(tile.q + q_offset_[g]), q_stride / 2, tile.rows,
                          key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
           } else {
-            k.int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows,
-                        key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
+            int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows, key_scale[g], kr,
+                      kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
           }
         }
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
@@ -431,8 +433,8 @@ class TurboQuantSource : public BlockSource {
             k.int16_accumulate(w16, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
                                tile.acc.data() + acc_offset_[g], tile.acc_width);
           } else {
-            k.int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
-                              tile.acc.data() + acc_offset_[g], tile.acc_width);
+            int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
+                            tile.acc.data() + acc_offset_[g], tile.acc_width);
           }
         }
       };
@@ -569,18 +571,16 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   const AttentionArithmetic arithmetic = request.options.arithmetic;
   const bool want_int8 = arithmetic == AttentionArithmetic::int8 ||
                          (arithmetic == AttentionArithmetic::cache_default && cache.options().int8_attention);
-  // A prompt chunk of an mse-key cache in float arithmetic attends in prefill tiles (see the top
-  // of this file); one query (a decode step), QJL keys and int8 arithmetic keep the tiles of
-  // kMaxRows: at 7.3K tokens the int8 kernels' chunk was measured as fast as or faster than
-  // the float prefill tiles (docs/history/benchmarks-notebook.md, issue 29).
+  // A prompt chunk of an mse-key cache attends in prefill tiles (see the top of this file), in
+  // either arithmetic; one query (a decode step) and QJL keys keep the tiles of kMaxRows.
   const bool int8 = want_int8 && int8_layout_supported(cache, kernels);
-  const bool prefill = !int8 && prefill_tile_rows(request.n_queries) == kPrefillRows && cache.key_prod() == nullptr;
+  const bool prefill = prefill_tile_rows(request.n_queries) == kPrefillRows && cache.key_prod() == nullptr;
   const TurboQuantSource source(cache, kernels, int8, prefill);
 
-  std::vector<float> original(n_rows * dim);
-  gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original.data(), dim, 0);
-  std::vector<float> rows(n_rows * source.q_width());
-  source.prepare_queries(original.data(), n_rows, rows.data());
+  float* original = call_buffer(CallBuffer::queries, n_rows * dim);
+  gather_query_rows(request.queries, kv_heads, group, request.n_queries, dim, original, dim, 0);
+  float* rows = call_buffer(CallBuffer::prepared, n_rows * source.q_width());
+  source.prepare_queries(original, n_rows, rows);
 
   Problem problem;
   problem.kv_heads = kv_heads;
@@ -589,15 +589,16 @@ void attend_turboquant(const AttentionRequest& request, const TurboQuantKVCache&
   problem.n_tokens = cache.size();
   problem.q_width = source.q_width();
   problem.acc_width = source.acc_width();
-  problem.rows = rows.data();
+  problem.rows = rows;
   problem.options = request.options;
   problem.scale = effective_scale(request.options, dim);
   problem.kernels = &kernels;
   problem.tile_rows = prefill ? kPrefillRows : kMaxRows;
-  const std::vector<float> result = run_attention(problem, source);
+  float* result = call_buffer(CallBuffer::result, n_rows * source.acc_width());
+  run_attention(problem, source, result);
 
-  source.finish_rows(result.data(), n_rows, original.data());
-  scatter_output_rows(original.data(), dim, 0, kv_heads, group, request.n_queries, dim, request.out);
+  source.finish_rows(result, n_rows, original);
+  scatter_output_rows(original, dim, 0, kv_heads, group, request.n_queries, dim, request.out);
 }
 
 }  // namespace turbokv::attn

@@ -900,7 +900,8 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
                      int8.weight_levels, int8.widths,
                      vbmi ? prefill_dots_f16 : dots_f16, vbmi ? prefill_dots_f32 : dots_f32,
                      vbmi ? prefill_accumulate_f16 : accumulate_f16,
-                     vbmi ? prefill_accumulate_f32 : accumulate_f32, group_decode};
+                     vbmi ? prefill_accumulate_f32 : accumulate_f32, group_decode,
+                     int8.prefill_dots,  int8.prefill_accumulate};
 }
 
 }  // namespace

@@ -22,6 +22,9 @@ struct Int8Kernels {
   decltype(KernelTable::int16_order) order16;
   int weight_levels;
   unsigned widths;  // KernelTable::int8_widths
+  // KernelTable::prefill_int8_dots / prefill_int8_accumulate (the AVX2 build: dots, accumulate).
+  decltype(KernelTable::int8_dots) prefill_dots;
+  decltype(KernelTable::int8_accumulate) prefill_accumulate;
 };
 
 // Only on x86-64 GCC/Clang builds; callers check the CPU first.

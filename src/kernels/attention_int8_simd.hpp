@@ -569,6 +569,246 @@ void int16_accumulate(const uint16_t* w16, size_t ld, int rows, const float* row
 void int16_weights(const float* p, size_t ld, int rows, const float* norm, size_t n, uint16_t* w16, float* scale) {
   integer_weights<uint16_t, 2>(p, ld, rows, norm, n, kInt16Max, w16, scale);
 }
+
+// ---- prefill tiles: a block decoded once for up to kPrefillRows rows (VNNI build) -----------
+//
+// The 8-row kernels above decode a token's codes for every four rows and reduce each row's
+// lanes to a score with horizontal adds, which costs more than the products. A prompt chunk's
+// tile shares one decoded block among all its rows and multiplies with 512-bit vpdpbusd:
+//  - keys: the block's centroid bytes (the kernels' coordinate order, offset by 128 as above)
+//    are transposed to [coordinate quad][token] dwords, so a lane is a token and a score needs no
+//    reduction: per quad, one broadcast query dword times 16 tokens;
+//  - values: the layout interleave4 makes (a lane is a coordinate, its four bytes four tokens),
+//    stored once per block; per four tokens, one broadcast weight dword times 16 coordinates.
+// The integer sums are the 8-row kernels', and so are the roundings after them: the same bits.
+// Groups wider than kPrefillMaxDims take the 8-row kernels.
+constexpr int kPrefillMaxDims = 256;
+
+// 16 rows of 16 dwords (r[i] = row i) -> their transpose, in place.
+TKV_INLINE void transpose16x16_epi32(__m512i* r) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // b[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    b[4 * g + 0] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+    b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x88), c1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xdd);
+    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x88);
+    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xdd);
+    r[k] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+    r[4 + k] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(c0, c2, 0xdd);
+    r[12 + k] = _mm512_shuffle_i32x4(c1, c3, 0xdd);
+  }
+}
+
+// The block's key centroids (offset by 128) as kt[quad * kBlockTokens + t] dwords: token t's
+// bytes 4 quad .. 4 quad + 3 in the order token_dots multiplies them; tokens from n on are zero.
+template <int B>
+void transposed_key_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
+                          uint32_t* kt) {
+  const int chunks = g.dims / kInt8Chunk;
+  const int row_bytes = (g.dims + 63) / 64 * 64;  // whole 16-dword rows for the transpose
+  alignas(64) uint8_t rows[kBlockTokens * kPrefillMaxDims];
+  const __m256i table = table16(g.table8, true);
+  const uint8_t* base = records + g.offset;
+  for (size_t t = 0; t < static_cast<size_t>(kBlockTokens); ++t) {
+    uint8_t* out = rows + t * row_bytes;
+    if (row_bytes > g.dims) std::memset(out + g.dims, 0, row_bytes - g.dims);
+    if (t >= n) {
+      std::memset(out, 0, g.dims);
+      continue;
+    }
+    const uint8_t* rec = base + t * code_size;
+    int c = 0;
+    if constexpr (B == 4) {
+      const __m256i nibble = _mm256_set1_epi8(0x0f);
+      for (; c + 2 <= chunks; c += 2) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 * c));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + kInt8Chunk * c),
+                           _mm256_shuffle_epi8(table, _mm256_and_si256(x, nibble)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + kInt8Chunk * (c + 1)),
+                           _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble)));
+      }
+    }
+    for (; c < chunks; ++c) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + kInt8Chunk * c),
+                         _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B)));
+    }
+  }
+  const int quads = g.dims / 4;
+  for (int t0 = 0; t0 < kBlockTokens; t0 += 16) {
+    for (int q0 = 0; q0 < quads; q0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(rows + (t0 + i) * row_bytes + 4 * q0);
+      transpose16x16_epi32(r);
+      for (int i = 0; i < 16 && q0 + i < quads; ++i) _mm512_store_si512(kt + (q0 + i) * kBlockTokens + t0, r[i]);
+    }
+  }
+}
+
+// R rows against the transposed block: scores as int8_dots_tile stores them (store_scores).
+template <int R>
+void prefill_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, const uint32_t* kt, int dims, size_t n,
+                       float* scores, size_t ld, bool add) {
+  __m512i acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_si512();
+  }
+  for (int j = 0; j < dims / 4; ++j) {
+    const uint32_t* k = kt + j * kBlockTokens;
+    const __m512i k0 = _mm512_load_si512(k), k1 = _mm512_load_si512(k + 16);
+    const __m512i k2 = _mm512_load_si512(k + 32), k3 = _mm512_load_si512(k + 48);
+    for (int r = 0; r < R; ++r) {
+      int32_t q4;
+      std::memcpy(&q4, q8 + r * qs + 4 * j, sizeof q4);
+      const __m512i q = _mm512_set1_epi32(q4);
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], k0, q);
+      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], k1, q);
+      acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], k2, q);
+      acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], k3, q);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    int32_t sum = 0;
+    for (int j = 0; j < dims; ++j) sum += q8[r * qs + j];
+    const __m512i start = _mm512_set1_epi32(-128 * sum);
+    const __m512 scale = _mm512_set1_ps(row_scale[r]);
+    for (size_t v = 0; v < 4 && 16 * v < n; ++v) {
+      const size_t left = n - 16 * v;
+      const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+      float* dst = scores + r * ld + 16 * v;
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(acc[r][v], start));
+      _mm512_mask_storeu_ps(dst, mask, add ? _mm512_fmadd_ps(f, scale, _mm512_maskz_loadu_ps(mask, dst))
+                                           : _mm512_mul_ps(f, scale));
+    }
+  }
+}
+
+template <int B>
+void prefill_int8_dots_bits(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
+                            size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  alignas(64) uint32_t kt[kPrefillMaxDims / 4 * kBlockTokens];
+  transposed_key_block<B>(records, code_size, n, g, kt);
+  // Six rows: 24 sums, 4 key registers and the broadcast query fill 29 of the 32 registers.
+  int r = 0;
+  for (; r + 6 <= rows; r += 6) {
+    prefill_dots_rows<6>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add);
+  }
+  switch (rows - r) {
+    case 5: prefill_dots_rows<5>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    case 4: prefill_dots_rows<4>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    case 3: prefill_dots_rows<3>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    case 2: prefill_dots_rows<2>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    case 1: prefill_dots_rows<1>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    default: break;
+  }
+}
+
+void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
+                       size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  if (g.dims > kPrefillMaxDims || n > static_cast<size_t>(kBlockTokens)) {
+    int8_dots(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add);
+    return;
+  }
+  switch (g.bits) {
+    case 2: prefill_int8_dots_bits<2>(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add); break;
+    case 3: prefill_int8_dots_bits<3>(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add); break;
+    default: prefill_int8_dots_bits<4>(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add); break;
+  }
+}
+
+// The block's value centroids in int8_accumulate_tile's layout: chunk c, tokens 4i .. 4i + 3 at
+// vb + (c * kBlockTokens / 4 + i) * 32 dwords, dword 8k + l = interleave4's y[k] lane l.
+template <int B>
+void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* vb) {
+  const int chunks = g.dims / kInt8Chunk;
+  const __m256i table = table16(g.table8, false);
+  const uint8_t* base = records + g.offset;
+  for (int c = 0; c < chunks; ++c) {
+    const bool paired = B == 4 && (c & ~1) + 2 <= chunks;
+    for (size_t t = 0; t < n; t += 4) {
+      __m256i x[4], y[4];
+      for (int i = 0; i < 4; ++i) {
+        x[i] = t + i < n ? chunk_codes_of<B>(base + (t + i) * code_size, c, paired) : _mm256_setzero_si256();
+      }
+      interleave4(x, y);
+      uint32_t* out = vb + (static_cast<size_t>(c) * kBlockTokens / 4 + t / 4) * 32;
+      for (int k = 0; k < 4; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * k), _mm256_shuffle_epi8(table, y[k]));
+      }
+    }
+  }
+}
+
+// R rows: per chunk two vectors of sums per row over the block's tokens, then
+// acc = fma(row_scale, sum, acc) as int8_accumulate_tile.
+template <int R>
+void prefill_accumulate_rows(const uint8_t* w8, size_t ld, const float* row_scale, const uint32_t* vb, int chunks,
+                             size_t n, float* acc, size_t as) {
+  const size_t quads = (n + 3) / 4;
+  for (int c = 0; c < chunks; ++c) {
+    __m512i sum[R][2];
+    for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
+    const uint32_t* v = vb + static_cast<size_t>(c) * kBlockTokens / 4 * 32;
+    for (size_t i = 0; i < quads; ++i) {
+      const __m512i v0 = _mm512_load_si512(v + 32 * i), v1 = _mm512_load_si512(v + 32 * i + 16);
+      for (int r = 0; r < R; ++r) {
+        int32_t w4;
+        std::memcpy(&w4, w8 + r * ld + 4 * i, sizeof w4);
+        const __m512i w = _mm512_set1_epi32(w4);
+        sum[r][0] = _mm512_dpbusd_epi32(sum[r][0], w, v0);
+        sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], w, v1);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 scale = _mm512_set1_ps(row_scale[r]);
+      float* a = acc + r * as + kInt8Chunk * c;
+      for (int h = 0; h < 2; ++h) {
+        _mm512_storeu_ps(a + 16 * h,
+                         _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum[r][h]), _mm512_loadu_ps(a + 16 * h)));
+      }
+    }
+  }
+}
+
+template <int B>
+void prefill_int8_accumulate_bits(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
+                                  const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
+                                  float* acc, size_t as) {
+  alignas(64) uint32_t vb[kPrefillMaxDims / 4 * kBlockTokens];
+  interleaved_value_block<B>(records, code_size, n, g, vb);
+  const int chunks = g.dims / kInt8Chunk;
+  // Twelve rows: 24 sums, two value registers and the broadcast weights.
+  int r = 0;
+  for (; r + 12 <= rows; r += 12) {
+    prefill_accumulate_rows<12>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
+  }
+  for (; r + 4 <= rows; r += 4) {
+    prefill_accumulate_rows<4>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
+  }
+  for (; r < rows; ++r) prefill_accumulate_rows<1>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
+}
+
+void prefill_int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float* row_scale, const uint8_t* records,
+                             size_t code_size, size_t n, const CodeGroup& g, float* acc, size_t as) {
+  if (g.dims > kPrefillMaxDims || n > static_cast<size_t>(kBlockTokens)) {
+    int8_accumulate(w8, ld, rows, row_scale, records, code_size, n, g, acc, as);
+    return;
+  }
+  switch (g.bits) {
+    case 2: prefill_int8_accumulate_bits<2>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
+    case 3: prefill_int8_accumulate_bits<3>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
+    default: prefill_int8_accumulate_bits<4>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
+  }
+}
 #endif
 
 #undef TKV_INLINE

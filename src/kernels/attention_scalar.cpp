@@ -314,7 +314,7 @@ const KernelTable& scalar_kernel_table() {
                                  127,              0x1cu,
                                  prefill_dots_f16, prefill_dots_f32,
                                  prefill_accumulate_f16, prefill_accumulate_f32,
-                                 group_decode};
+                                 group_decode,     int8_dots,      int8_accumulate};
   return table;
 }
 

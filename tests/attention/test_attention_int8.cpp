@@ -3,6 +3,7 @@
 //    kernels' results bit for bit, at widths 2-4, group sizes 32-256, odd offsets in tight
 //    records (no byte after the codes, so an over-read shows under ASan), every row count 1-8,
 //    odd token counts, and the integer extremes (all +-127: AVX2's maddubs must not saturate);
+//    so do their prefill kernels (prefill_int8_*), at those and at prefill tiles' row counts;
 //  - the weight rounding kernel likewise, with NaN / infinite / zero rows;
 //  - attend() in int8 stays close to the exact fused path (which tests/test_attention_turboquant
 //    ties to dequantize-then-attend) on every shape the exact path is tested on, falls back to
@@ -82,7 +83,7 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
           for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{9}, size_t{13}, size_t{63}, size_t{kBlockTokens}}) {
             std::vector<uint8_t> records(n * code_size);
             for (auto& b : records) b = static_cast<uint8_t>(rng());
-            for (int rows = 1; rows <= 8; ++rows) {
+            for (int rows : {1, 2, 3, 4, 5, 6, 7, 8, 13, turbokv::attn::kPrefillRows}) {
               const size_t qs = dims + 5;  // an odd row stride in bytes
               std::vector<int8_t> q(rows * qs);
               for (auto& x : q) x = static_cast<int8_t>(extreme ? ((rng() & 1) ? 127 : -127) : byte(rng));
@@ -110,12 +111,16 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
                   for (int r = 0; r < rows; ++r) {
                     for (int j = 0; j < dims; ++j) qk[r * qs + j] = q[r * qs + key_order[j]];
                   }
+                  for (bool prefill : {false, true}) {
                   std::vector<float> got(rows * kBlockTokens, 0.25f), acc_k(rows * as, 0.5f);
-                  k->int8_dots(qk.data(), qs, rows, row_scale.data(), records.data(), code_size, n, g, got.data(),
-                               kBlockTokens, add);
-                  k->int8_accumulate(w8.data(), kBlockTokens, rows, row_scale.data(), records.data(), code_size,
-                                     n, g, acc_k.data(), as);
-                  const std::string what = std::string(k->name) + " bits " + std::to_string(bits) + " dims " +
+                  (prefill ? k->prefill_int8_dots : k->int8_dots)(qk.data(), qs, rows, row_scale.data(),
+                                                                  records.data(), code_size, n, g, got.data(),
+                                                                  kBlockTokens, add);
+                  (prefill ? k->prefill_int8_accumulate : k->int8_accumulate)(
+                      w8.data(), kBlockTokens, rows, row_scale.data(), records.data(), code_size, n, g,
+                      acc_k.data(), as);
+                  const std::string what = std::string(k->name) + (prefill ? " prefill" : "") + " bits " +
+                                           std::to_string(bits) + " dims " +
                                            std::to_string(dims) + " offset " + std::to_string(offset) + " rows " +
                                            std::to_string(rows) + " n " + std::to_string(n) +
                                            (extreme ? " extreme" : "") + (add ? " add" : "");
@@ -130,6 +135,7 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
                       const float b = acc_want[r * as + value_order[j]];
                       ASSERT_TRUE(same_bits(a, b)) << what << " acc row " << r << " pos " << j << ": " << a << " vs " << b;
                     }
+                  }
                   }
                 }
               }
