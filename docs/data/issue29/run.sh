@@ -9,7 +9,8 @@
 # 1B shape, 16 layers x K,V x 8 heads x 64 x 2 bytes; q8_0: 17 KiB, 34 bytes per 32 values):
 #   8x4k: 4,224 tokens a slot: f16 2 slots (-c 8448), q8_0 3 (-c 12672)
 #   16x2k: 2,176 tokens a slot: f16 3 slots (-c 6528), q8_0 7 (-c 15232)
-# Writes NAME.json (serve-bench --json) next to this script; MODEL, LLAMA_SERVER, TURBOKV, PORT override.
+# Writes NAME.json (serve-bench --json) next to this script; MODEL, LLAMA_SERVER, TURBOKV, PORT override;
+# LLAMA_FA is llama-server's flash-attention flag (default "-fa on"; builds before mid-2025 take a bare "-fa").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 name=$1 server=$2 workload=$3
@@ -18,6 +19,7 @@ model=${MODEL:-/tmp/llama32-1b-q8_0.gguf}
 turbokv=${TURBOKV:-$here/../../../build/turbokv}
 llama=${LLAMA_SERVER:-/work/llama.cpp-build/bin/llama-server}
 port=${PORT:-18092}
+read -ra fa <<< "${LLAMA_FA:--fa on}"
 case $workload in
   8x4k) clients=8 prompt=4096 f16=2 q8=3 ;;
   16x2k) clients=16 prompt=2048 f16=3 q8=7 ;;
@@ -28,9 +30,9 @@ while ss -ltn | grep -q ":$port "; do sleep 1; done  # the last run's server may
 case $server in
   turbokv) "$turbokv" serve --model "$model" --kv-budget 264MiB --threads 2 --no-prefix-cache --port $port "$@" \
              > "/tmp/issue29-$name.server.log" 2>&1 & ;;
-  llama-f16) "$llama" -m "$model" -c $((f16 * slot)) -np $f16 -fa on -ctk f16 -ctv f16 -t 2 --port $port "$@" \
+  llama-f16) "$llama" -m "$model" -c $((f16 * slot)) -np $f16 "${fa[@]}" -ctk f16 -ctv f16 -t 2 --port $port "$@" \
                > "/tmp/issue29-$name.server.log" 2>&1 & ;;
-  llama-q8_0) "$llama" -m "$model" -c $((q8 * slot)) -np $q8 -fa on -ctk q8_0 -ctv q8_0 -t 2 --port $port "$@" \
+  llama-q8_0) "$llama" -m "$model" -c $((q8 * slot)) -np $q8 "${fa[@]}" -ctk q8_0 -ctv q8_0 -t 2 --port $port "$@" \
                 > "/tmp/issue29-$name.server.log" 2>&1 & ;;
   *) echo "unknown server $server"; exit 2 ;;
 esac
