@@ -25,7 +25,8 @@
 // arithmetic each block's codes are decoded once (group_decode) into centroid rows laid out as
 // the prepared query rows (keys) and accumulators (values), which the blocked prefill kernels
 // multiply by all the tile's rows; in int8 arithmetic the prefill_int8_* kernels do the same
-// with integer centroids (the 8-row kernels' sums, so the same results per row).
+// with integer centroids (the 8-row kernels' sums, so the same results per row); decode tiles of
+// four rows or more take them too (see compressed_range_int8).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -387,8 +388,13 @@ class TurboQuantSource : public BlockSource {
     alignas(32) uint16_t w16[kPrefillRows * kBlockTokens];
     float key_scale[2][kPrefillRows], value_scale[2][kPrefillRows], weight_scale[kPrefillRows],
         weight_scale16[kPrefillRows];
-    const auto int8_dots = prefill_ ? k.prefill_int8_dots : k.int8_dots;
-    const auto int8_accumulate = prefill_ ? k.prefill_int8_accumulate : k.int8_accumulate;
+    // A decode step's tile (one query per head: the GQA group's rows) also takes the tile
+    // kernels from four rows on: decoding and transposing a block once for four rows beats the
+    // 8-row kernels' per-token reductions (attention-bench at 32K, head_dim 64 and 128, four rows:
+    // int8 / fused exact 0.84-0.89 against 0.86-1.06); for one row it does not (1.07 against 1.01).
+    const bool tiles = prefill_ || tile.rows >= 4;
+    const auto int8_dots = tiles ? k.prefill_int8_dots : k.int8_dots;
+    const auto int8_accumulate = tiles ? k.prefill_int8_accumulate : k.int8_accumulate;
     const float* key_center = cache_.key_center(head);
     const float* value_center = cache_.value_center(head);
     float q_dot_center[kPrefillRows] = {};

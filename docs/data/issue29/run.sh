@@ -26,7 +26,9 @@ case $workload in
   *) echo "unknown workload $workload"; exit 2 ;;
 esac
 slot=$((prompt + 128))
-while ss -ltn | grep -q ":$port "; do sleep 1; done  # the last run's server may still be exiting
+# The last run's server may still be exiting, and its connections linger in TIME_WAIT for up to a
+# minute, which an older llama-server (no SO_REUSEADDR) cannot bind past.
+for _ in $(seq 120); do ss -tan | grep -q ":$port " || break; sleep 1; done
 case $server in
   turbokv) "$turbokv" serve --model "$model" --kv-budget 264MiB --threads 2 --no-prefix-cache --port $port "$@" \
              > "/tmp/issue29-$name.server.log" 2>&1 & ;;
