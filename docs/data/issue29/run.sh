@@ -13,6 +13,8 @@
 # LLAMA_FA is llama-server's flash-attention flag (default "-fa on"; builds before mid-2025 take a bare "-fa").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../serve-run.sh
+source "$here/../serve-run.sh"
 name=$1 server=$2 workload=$3
 shift 3
 model=${MODEL:-/tmp/llama32-1b-q8_0.gguf}
@@ -26,26 +28,13 @@ case $workload in
   *) echo "unknown workload $workload"; exit 2 ;;
 esac
 slot=$((prompt + 128))
-# The last run's server may still be exiting, and its connections linger in TIME_WAIT for up to a
-# minute, which an older llama-server (no SO_REUSEADDR) cannot bind past.
-for _ in $(seq 120); do ss -tan | grep -q ":$port " || break; sleep 1; done
 case $server in
-  turbokv) "$turbokv" serve --model "$model" --kv-budget 264MiB --threads 2 --no-prefix-cache --port $port "$@" \
-             > "/tmp/issue29-$name.server.log" 2>&1 & ;;
-  llama-f16) "$llama" -m "$model" -c $((f16 * slot)) -np $f16 "${fa[@]}" -ctk f16 -ctv f16 -t 2 --port $port "$@" \
-               > "/tmp/issue29-$name.server.log" 2>&1 & ;;
-  llama-q8_0) "$llama" -m "$model" -c $((q8 * slot)) -np $q8 "${fa[@]}" -ctk q8_0 -ctv q8_0 -t 2 --port $port "$@" \
-                > "/tmp/issue29-$name.server.log" 2>&1 & ;;
+  turbokv) command=("$turbokv" serve --model "$model" --kv-budget 264MiB --threads 2 --no-prefix-cache --port $port "$@") ;;
+  llama-f16) command=("$llama" -m "$model" -c $((f16 * slot)) -np $f16 "${fa[@]}" -ctk f16 -ctv f16 -t 2 --port $port "$@") ;;
+  llama-q8_0) command=("$llama" -m "$model" -c $((q8 * slot)) -np $q8 "${fa[@]}" -ctk q8_0 -ctv q8_0 -t 2 --port $port "$@") ;;
   *) echo "unknown server $server"; exit 2 ;;
 esac
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-  kill -0 $pid || { echo "$name: the server exited (/tmp/issue29-$name.server.log)"; exit 1; }
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 1
-done
-echo "$(date -u +%H:%M:%S) $name: $server $workload $* (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$here/runs.txt"
-"$turbokv" serve-bench --url "http://127.0.0.1:$port" --prompt-tokens $prompt --max-tokens 128 \
-  --concurrency $clients --requests $clients --json > "$here/$name.json"
-echo "$(date -u +%H:%M:%S) $name done (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$here/runs.txt"
+start_server $port "/tmp/issue29-$name.server.log" "${command[@]}"
+record_run "$here/runs.txt" "$here/$name.json" "$name: $server $workload $*" \
+  "$turbokv" serve-bench --url "http://127.0.0.1:$port" --prompt-tokens $prompt --max-tokens 128 \
+  --concurrency $clients --requests $clients --json
