@@ -517,7 +517,9 @@ TEST(ServerScheduler, AStreamGetsATokenEveryStepWhileAPromptIsComputed) {
     const uint64_t steps = s.metrics().prompt_steps_total - before;
     EXPECT_GE(tokens, static_cast<int>(steps) - 2) << "a token in every step; max_step_ms " << max_step_ms;
     EXPECT_GE(steps, 2u);
-    if (max_step_ms == 0) EXPECT_LE(steps, 4u) << "200 rows in steps of up to 128";
+    if (max_step_ms == 0) {
+      EXPECT_LE(steps, 4u) << "200 rows in steps of up to 128";
+    }
     streaming->cancel();
   }
 }
