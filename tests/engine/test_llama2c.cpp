@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model/model.hpp"
+#include "test_util.hpp"
 #include "turbokv/error.hpp"
 
 using namespace turbokv::engine;
@@ -37,7 +38,7 @@ std::vector<float> body_for(const Header& h, bool rope_tables) {
 
 std::string write_checkpoint(const std::string& name, const Header& h, const std::vector<float>& body,
                              size_t cut_bytes = 0) {
-  const auto path = (std::filesystem::temp_directory_path() / ("turbokv_test_llama2c_" + name)).string();
+  const std::string path = turbokv::test::temp_path("llama2c_" + name);
   std::string bytes(sizeof(Header) + body.size() * 4, '\0');
   std::memcpy(bytes.data(), &h, sizeof(Header));
   if (!body.empty()) std::memcpy(bytes.data() + sizeof(Header), body.data(), body.size() * 4);
@@ -162,7 +163,7 @@ TEST(Llama2c, TruncatedOrPaddedFilesAreRejected) {
   // The real file cut short.
   std::ifstream in(kModels + "/stories260K.bin", std::ios::binary);
   std::string real((std::istreambuf_iterator<char>(in)), {});
-  const auto path = (std::filesystem::temp_directory_path() / "turbokv_test_llama2c_real_cut.bin").string();
+  const std::string path = turbokv::test::temp_path("llama2c_real_cut.bin");
   std::ofstream(path, std::ios::binary).write(real.data(), static_cast<std::streamsize>(real.size() / 2));
   EXPECT_NE(error_of(path).find("truncated"), std::string::npos);
   EXPECT_THROW(load_llama2c(kModels + "/does-not-exist.bin"), turbokv::Error);
