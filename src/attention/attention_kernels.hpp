@@ -79,6 +79,11 @@ struct KernelTable {
   // out[t] = load_norm(records + t * stride, fp32) (turbokv/codec.hpp), t < n: the per-token
   // norms inside the packed records; the AVX2 table converts 8 fp16 norms at a time.
   void (*load_norms)(const uint8_t* records, size_t stride, size_t n, bool fp32, float* out);
+  // scores[r * ld + t] = fma(scores[r * ld + t], norm[t], shift[r]) for r < rows, t < n: a
+  // code's dot product with the rotated query turned into the key's score (times the key's
+  // norm, plus the query's dot with a centered cache's key mean). One fused operation so that
+  // every table rounds alike (a compiler may fuse a multiply and an add in SIMD code).
+  void (*scale_scores)(float* scores, size_t ld, int rows, size_t n, const float* norm, const float* shift);
   // Layout of 4-bit code groups in prepared query rows and value accumulators: nullptr for
   // coordinate order; otherwise position p of every chunk of 8 holds coordinate
   // chunk_order4[p] of that chunk (the order a table's fast decode produces; see

@@ -300,10 +300,7 @@ class TurboQuantSource : public BlockSource {
         }
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
         if (!qjl_) {
-          for (int r = 0; r < tile.rows; ++r) {
-            const float shift = q_dot_center[r];
-            for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
-          }
+          k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
           return;
         }
         float* correction = tile.weights;
@@ -356,10 +353,7 @@ class TurboQuantSource : public BlockSource {
         }
         k.prefill_dots_f32(tile.q, tile.q_width, tile.rows, decoded.data(), n, key_width, s, kBlockTokens);
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-        for (int r = 0; r < tile.rows; ++r) {
-          const float shift = q_dot_center[r];
-          for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
-        }
+        k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
       };
       const auto accumulate = [&](const float* p) {
         k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
@@ -416,10 +410,7 @@ class TurboQuantSource : public BlockSource {
           }
         }
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-        for (int r = 0; r < tile.rows; ++r) {
-          const float shift = q_dot_center[r];
-          for (size_t i = 0; i < n; ++i) s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] + shift;
-        }
+        k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
       };
       const auto accumulate = [&](const float* p) {
         k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);

@@ -770,6 +770,18 @@ void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, floa
   for (; t < n; ++t) out[t] = load_norm(records + t * stride, fp32);
 }
 
+void scale_scores(float* scores, size_t ld, int rows, size_t n, const float* norm, const float* shift) {
+  for (int r = 0; r < rows; ++r) {
+    float* s = scores + r * ld;
+    const __m256 add = _mm256_set1_ps(shift[r]);
+    size_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+      _mm256_storeu_ps(s + t, _mm256_fmadd_ps(_mm256_loadu_ps(s + t), _mm256_loadu_ps(norm + t), add));
+    }
+    for (; t < n; ++t) s[t] = std::fma(s[t], norm[t], shift[r]);
+  }
+}
+
 // ---- online softmax ---------------------------------------------------------------------------
 
 // exp(x) to ~2 ulp for x in [-87, 88] (inputs are clamped there): 2^n * e^r, |r| <= ln2 / 2,
@@ -894,7 +906,7 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
   return KernelTable{name,           dots_f16,           dots_f32,
                      accumulate_f16, accumulate_f32,     vbmi ? group_dots8 : group_dots,
                      vbmi ? group_accumulate8 : group_accumulate, softmax_update, load_norms,
-                     kChunkOrder4,   int8.dots,          int8.accumulate,
+                     scale_scores,   kChunkOrder4,   int8.dots,          int8.accumulate,
                      int8.weights,   int8.order,         int8.dots16,
                      int8.accumulate16, int8.weights16,  int8.order16,
                      int8.weight_levels, int8.widths,

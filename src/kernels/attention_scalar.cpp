@@ -202,6 +202,13 @@ void load_norms(const uint8_t* records, size_t stride, size_t n, bool fp32, floa
   for (size_t t = 0; t < n; ++t) out[t] = load_norm(records + t * stride, fp32);
 }
 
+void scale_scores(float* scores, size_t ld, int rows, size_t n, const float* norm, const float* shift) {
+  for (int r = 0; r < rows; ++r) {
+    float* s = scores + r * ld;
+    for (size_t t = 0; t < n; ++t) s[t] = std::fma(s[t], norm[t], shift[r]);
+  }
+}
+
 // The integer kernels in coordinate order: exact int32 sums, then the float steps the SIMD
 // kernels take (a multiply, or one fused multiply-add). value(codes, j): the integer centroid
 // of coordinate j of a record's group (int8 table for 2-4 bits, int16 table for 8 bits).
@@ -308,6 +315,7 @@ const KernelTable& scalar_kernel_table() {
   static const KernelTable table{"scalar",         dots_f16,       dots_f32,
                                  accumulate_f16,   accumulate_f32, group_dots,
                                  group_accumulate, softmax_update, load_norms,
+                                 scale_scores,
                                  nullptr,          int8_dots,      int8_accumulate,
                                  int8_weights,     nullptr,        int16_dots,
                                  int16_accumulate, int16_weights,  nullptr,

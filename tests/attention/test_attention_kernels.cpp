@@ -349,3 +349,35 @@ TEST(AttentionKernels, LoadNormsMatchScalar) {
     }
   }
 }
+
+// The norm scaling every table applies to compressed keys' dot products: the same fused
+// operation, so the same bits, at odd counts and row strides (the tail past the last 8 included),
+// with rows of prefill-tile height.
+TEST(AttentionKernels, ScaleScoresMatchScalar) {
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  const KernelTable& scalar = turbokv::attn::scalar_kernel_table();
+  std::mt19937 rng(13);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{13}, size_t{kBlockTokens}}) {
+    for (int rows : {1, 4, 5, turbokv::attn::kPrefillRows}) {
+      const size_t ld = kBlockTokens + 3;
+      const auto scores = random_normal(rows * ld, rng, 30.0f);
+      auto norm = random_normal(n, rng, 4.0f);
+      for (float& x : norm) x = std::fabs(x);
+      const auto shift = random_normal(static_cast<size_t>(rows), rng);
+      std::vector<float> want = scores;
+      scalar.scale_scores(want.data(), ld, rows, n, norm.data(), shift.data());
+      for (int r = 0; r < rows; ++r) {
+        for (size_t t = 0; t < ld; ++t) {
+          const float expected = t < n ? std::fma(scores[r * ld + t], norm[t], shift[r]) : scores[r * ld + t];
+          ASSERT_TRUE(turbokv::test::same_bits(want[r * ld + t], expected)) << "scalar row " << r << " t " << t;
+        }
+      }
+      for (const KernelTable* k : tables) {
+        std::vector<float> got = scores;
+        k->scale_scores(got.data(), ld, rows, n, norm.data(), shift.data());
+        ASSERT_TRUE(turbokv::test::same_bits(got, want)) << k->name << " n " << n << " rows " << rows;
+      }
+    }
+  }
+}
