@@ -54,6 +54,7 @@ constexpr size_t kRows = 4;          // weight rows per register tile
 constexpr size_t kActs = 4;          // activations per register tile
 constexpr size_t kChunkPairs = 8;    // block pairs (512 columns) per column chunk
 constexpr size_t kTilesPerTask = 4;  // 16 rows per task handed to a thread
+constexpr size_t kPrefetchTiles = 2;  // how far ahead a tile's weights are prefetched
 
 // One weight row's block pair, packed: 64 signed values, the sixteen int32 start sums and the
 // sixteen float scales (the even block's scale in lanes 0-7, the odd block's in 8-15).
@@ -152,6 +153,24 @@ TKV_AVX512 void pack_weights(const uint8_t* base, size_t stride, size_t rows, si
   }
 }
 
+// Starts reading pairs [p0, p1) of rows r .. r + 3 (those below `rows`) into L1 while the tile
+// before them computes. Without it pack_weights waited on each block's first bytes: a step of 17
+// rows (a stream beside a 16-token prompt chunk) spent ~35% of its tile time on the scale loads
+// that first touch each block (perf annotate, docs/history/benchmarks-notebook.md, "Prefetching
+// the next tile"), since a tile's loads are all issued together and then nothing is read during
+// its products. A prefetch never faults and changes no result. Always inlined: GCC finds a
+// function whose only effect is prefetching free of side effects and deletes calls to it.
+TKV_AVX512 __attribute__((always_inline)) inline void prefetch_tile(const uint8_t* base, size_t stride, size_t rows, size_t r, size_t blocks,
+                                     size_t p0, size_t p1) {
+  const size_t first = 2 * p0 * 34, end = std::min(blocks, 2 * p1) * 34;
+  if (first >= end) return;
+  for (size_t i = 0; i < kRows && r + i < rows; ++i) {
+    const char* row = reinterpret_cast<const char*>(base + (r + i) * stride);
+    for (size_t at = first; at < end; at += 64) _mm_prefetch(row + at, _MM_HINT_T0);
+    _mm_prefetch(row + end - 1, _MM_HINT_T0);
+  }
+}
+
 // acc[i][j] (row i, activation j of the tile) over `count` pairs; w = the tile's packed pairs,
 // x = this activation group's pairs from the same first pair on.
 TKV_AVX512 inline void tile_chunk(const PackedWeightPair* w, const PackedActivationPair* x, size_t count,
@@ -202,6 +221,13 @@ TKV_AVX512 void run_task(const uint8_t* base, size_t stride, size_t rows, size_t
     for (size_t k = 0; k < tiles; ++k) {
       const size_t t0 = r0 + k * kRows;
       pack_weights(base, stride, rows, t0, blocks, p0, p1, tile.data());
+      // The tile kPrefetchTiles on in the order they run: of this chunk, or of the next.
+      const size_t ahead = k + kPrefetchTiles;
+      if (ahead < tiles) {
+        prefetch_tile(base, stride, r1, r0 + ahead * kRows, blocks, p0, p1);
+      } else {
+        prefetch_tile(base, stride, r1, r0 + (ahead - tiles) * kRows, blocks, p1, std::min(pairs, p1 + kChunkPairs));
+      }
       for (size_t g = 0; g < groups; ++g) {
         __m512 acc[kRows][kActs];
         SavedAccumulator* keep = saved.data() + (k * groups + g) * kRows * kActs;

@@ -2,7 +2,7 @@
 // dots and accumulation at every width 1-8, odd group sizes (partial last chunk), groups at odd
 // offsets in tight records (no bytes after the codes, so the end-of-record path is taken), every
 // row count 1-8; dense fp16/f32 kernels at odd head dims; the online-softmax step with masks and
-// soft-cap; the norm loads (fp16 and float) at odd counts and strides.
+// soft-cap; the norm loads (fp16 and float) at odd counts and strides; the norm scaling of scores.
 #include <gtest/gtest.h>
 
 #include <cmath>
