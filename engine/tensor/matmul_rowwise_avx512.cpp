@@ -153,15 +153,15 @@ TKV_AVX512 void pack_weights(const uint8_t* base, size_t stride, size_t rows, si
   }
 }
 
-// Starts reading pairs [p0, p1) of rows r .. r + 3 (those below `rows`) into L1 while the tile
-// before them computes. Without it pack_weights waited on each block's first bytes: a step of 17
+// Starts reading pairs [p0, p1) of rows r .. r + 3 (those below `rows`) into L1 while the tiles
+// before them compute. Without it pack_weights waited on each block's first bytes: a step of 17
 // rows (a stream beside a 16-token prompt chunk) spent ~35% of its tile time on the scale loads
 // that first touch each block (perf annotate, docs/history/benchmarks-notebook.md, "Prefetching
 // the next tile"), since a tile's loads are all issued together and then nothing is read during
 // its products. A prefetch never faults and changes no result. Always inlined: GCC finds a
 // function whose only effect is prefetching free of side effects and deletes calls to it.
-TKV_AVX512 __attribute__((always_inline)) inline void prefetch_tile(const uint8_t* base, size_t stride, size_t rows, size_t r, size_t blocks,
-                                     size_t p0, size_t p1) {
+TKV_AVX512 __attribute__((always_inline)) inline void prefetch_tile(const uint8_t* base, size_t stride, size_t rows,
+                                                                    size_t r, size_t blocks, size_t p0, size_t p1) {
   const size_t first = 2 * p0 * 34, end = std::min(blocks, 2 * p1) * 34;
   if (first >= end) return;
   for (size_t i = 0; i < kRows && r + i < rows; ++i) {
@@ -226,7 +226,8 @@ TKV_AVX512 void run_task(const uint8_t* base, size_t stride, size_t rows, size_t
       if (ahead < tiles) {
         prefetch_tile(base, stride, r1, r0 + ahead * kRows, blocks, p0, p1);
       } else {
-        prefetch_tile(base, stride, r1, r0 + (ahead - tiles) * kRows, blocks, p1, std::min(pairs, p1 + kChunkPairs));
+        const size_t next_end = std::min(pairs, p1 + kChunkPairs);
+        prefetch_tile(base, stride, r1, r0 + (ahead - tiles) * kRows, blocks, p1, next_end);
       }
       for (size_t g = 0; g < groups; ++g) {
         __m512 acc[kRows][kActs];
