@@ -447,20 +447,6 @@ class TurboQuantSource : public BlockSource {
     const size_t page_tokens = cache_.page_tokens();
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
-    // Each block is handed over one block late, once the next block's keys are being fetched:
-    // a block's work takes far longer than a memory access, and the keys are read first (the
-    // values are prefetched by the caller as the scores start). Without this, a 32K decode step
-    // spent most of its key decoding waiting on the first loads of each block's codes.
-    struct Block {
-      const uint8_t* keys = nullptr;
-      const uint8_t* values = nullptr;
-      size_t n = 0, first = 0;
-    } pending;
-    const auto next = [&](const Block& b) {
-      prefetch_bytes(b.keys, b.n * kcs);
-      if (pending.n > 0) fn(pending.keys, pending.values, pending.n, pending.first);
-      pending = b;
-    };
     size_t t = begin;
     while (t < end) {
       const size_t c = t - n_sinks;  // index within the compressed region
@@ -471,12 +457,21 @@ class TurboQuantSource : public BlockSource {
       const uint8_t* value_page = cache_.value_codes(page, head);
       for (size_t ci = c; ci < page_end;) {
         const size_t n = std::min<size_t>(kBlockTokens, page_end - ci);
-        next({key_page + (ci - page_first) * kcs, value_page + (ci - page_first) * vcs, n, n_sinks + ci});
-        ci += n;
+        // The next block's keys start coming in now: a block's work takes far longer than a
+        // memory access, and without this a 32K decode step spent most of its key decoding
+        // waiting on each block's first code loads (the caller prefetches a block's values as
+        // its scores start).
+        const size_t next = ci + n;
+        if (next < page_end) {
+          prefetch_bytes(key_page + (next - page_first) * kcs, std::min<size_t>(kBlockTokens, page_end - next) * kcs);
+        } else if (n_sinks + page_end < end) {
+          prefetch_bytes(cache_.key_codes(page + 1, head), std::min<size_t>(kBlockTokens, end - n_sinks - page_end) * kcs);
+        }
+        fn(key_page + (ci - page_first) * kcs, value_page + (ci - page_first) * vcs, n, n_sinks + ci);
+        ci = next;
       }
       t = n_sinks + page_end;
     }
-    if (pending.n > 0) fn(pending.keys, pending.values, pending.n, pending.first);
   }
 
   // q . mean_k of each row of the tile (centered caches; zeros otherwise).
