@@ -43,6 +43,141 @@ uint64_t key_checksum(const TurboQuantKVCache& cache) {
 
 const char* bool_name(bool b) { return b ? "true" : "false"; }
 
+// The cache's options as the file gives them (validated again by the constructor).
+TurboQuantCacheOptions options_from_state(const CacheState& state) {
+  using namespace detail;
+  TurboQuantCacheOptions o;
+  o.key_bits = meta_double(state, "key_bits", 1, 8);
+  o.value_bits = meta_double(state, "value_bits", 1, 8);
+  o.key_codec = parse_codec_kind(meta_string(state, "key_codec"));
+  o.value_codec = parse_codec_kind(meta_string(state, "value_codec"));
+  o.rotation = parse_rotation_kind(meta_string(state, "rotation"));
+  o.seed = meta_u64(state, "seed");
+  o.fp32_norm = meta_bool(state, "fp32_norm");
+  o.norm_correction = meta_bool(state, "norm_correction");
+  o.center = state.metadata.count("center") > 0 && meta_bool(state, "center");
+  o.window = static_cast<size_t>(meta_int(state, "window", 0, int64_t{1} << 24));
+  o.sinks = static_cast<size_t>(meta_int(state, "sinks", 0, int64_t{1} << 24));
+  o.page_tokens = static_cast<size_t>(meta_int(state, "page_tokens", 1, 65536));
+  if (state.metadata.count("exact_dtype") > 0) o.exact_dtype = parse_dense_dtype(meta_string(state, "exact_dtype"));
+  if (state.metadata.count("attention") > 0) {
+    const std::string attention = meta_string(state, "attention");
+    // Only written as int8 (absent: exact), so that saving a loaded cache gives the same bytes.
+    TURBOKV_CHECK(attention == "int8", "TurboQuantKVCache: attention must be int8 (or absent), got '{}'", attention);
+    o.int8_attention = true;
+  }
+  return o;
+}
+
+// How the saved tokens split into sinks, compressed codes (some dropped by a sliding window)
+// and the exact window, checked against each other and the options.
+struct SavedRegions {
+  size_t tokens = 0, n_sinks = 0, compressed = 0, window_size = 0;
+  size_t first_held = 0;  // the first position still held
+  size_t dropped = 0;     // compressed tokens before first_held (their pages are freed)
+  size_t held = 0;        // compressed tokens with codes in the file
+};
+
+SavedRegions regions_from_state(const CacheState& state, const TurboQuantCacheOptions& o, int kv_heads,
+                                int head_dim) {
+  using namespace detail;
+  SavedRegions r;
+  const int64_t max_tokens = (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim);
+  r.tokens = static_cast<size_t>(meta_int(state, "tokens", 0, max_tokens));
+  r.n_sinks = static_cast<size_t>(meta_int(state, "n_sinks", 0, static_cast<int64_t>(o.sinks)));
+  r.compressed = static_cast<size_t>(meta_int(state, "compressed", 0, max_tokens));
+  r.window_size = static_cast<size_t>(meta_int(state, "window_size", 0, static_cast<int64_t>(o.window)));
+  TURBOKV_CHECK(r.n_sinks + r.compressed + r.window_size == r.tokens,
+                "TurboQuantKVCache: n_sinks ({}) + compressed ({}) + window_size ({}) != tokens "
+                "({})", r.n_sinks, r.compressed, r.window_size, r.tokens);
+  TURBOKV_CHECK(r.n_sinks == o.sinks || (r.compressed == 0 && r.window_size == 0),
+                "TurboQuantKVCache: {} of {} sinks filled but later regions hold tokens", r.n_sinks,
+                o.sinks);
+  // Absent in files written before sliding-window rings (they hold every position).
+  r.first_held = state.metadata.count("first_held") != 0
+                     ? static_cast<size_t>(meta_int(state, "first_held", 0, static_cast<int64_t>(r.tokens)))
+                     : 0;
+  r.dropped = r.first_held > r.n_sinks ? std::min(r.first_held - r.n_sinks, r.compressed) : 0;
+  r.held = r.compressed - r.dropped;
+  return r;
+}
+
+// The file's codes decode only with the codecs that wrote them: same code sizes, codebooks and
+// rotation, or the file is rejected instead of silently misread.
+void check_same_codecs(const CacheState& state, const TurboQuantKVCache& cache) {
+  using namespace detail;
+  const auto key_cs = meta_int(state, "key_code_size", 1, int64_t{1} << 20);
+  const auto value_cs = meta_int(state, "value_code_size", 1, int64_t{1} << 20);
+  TURBOKV_CHECK(static_cast<size_t>(key_cs) == cache.key_code_size() &&
+                    static_cast<size_t>(value_cs) == cache.value_code_size(),
+                "TurboQuantKVCache: code sizes in the file ({}, {}) differ from this build's "
+                "codecs ({}, {})",
+                key_cs, value_cs, cache.key_code_size(), cache.value_code_size());
+  TURBOKV_CHECK(meta_u64(state, "key_checksum") == key_checksum(cache),
+                "TurboQuantKVCache: key codec checksum mismatch: the codebook or rotation of this "
+                "build differs from the one that wrote the file");
+  TURBOKV_CHECK(meta_u64(state, "value_checksum") == codec_checksum(cache.value_codec()),
+                "TurboQuantKVCache: value codec checksum mismatch: the codebook or rotation of "
+                "this build differs from the one that wrote the file");
+}
+
+// Codes decode to scale * centroids: a non-finite stored norm would load a poisoned cache.
+void check_norms(const TensorBlob& blob, const CodeLayout& layout) {
+  using namespace detail;
+  const size_t cs = layout.code_size;
+  for (size_t off = 0; off + cs <= blob.data.size(); off += cs) {
+    for (size_t field : {layout.norm_offset, layout.residual_norm_offset}) {
+      if (field == CodeLayout::npos) continue;
+      TURBOKV_CHECK(std::isfinite(load_norm(blob.data.data() + off + field, layout.fp32_norm)),
+                    "TurboQuantKVCache: tensor '{}' holds a non-finite norm (record {})", blob.name,
+                    off / cs);
+    }
+  }
+}
+
+
+// The file's tensors, each of the shape the metadata implies, checked for what append() would
+// have refused: non-finite exact tokens or means, non-finite norms.
+struct SavedTensors {
+  const TensorBlob *sink_keys, *sink_values, *key_codes, *value_codes, *window_keys, *window_values;
+  const TensorBlob* centers[2] = {nullptr, nullptr};  // centered caches only
+};
+
+SavedTensors saved_tensors(const CacheState& state, const TurboQuantCacheOptions& o, const SavedRegions& r,
+                           const TurboQuantKVCache& cache) {
+  using namespace detail;
+  if (o.center) {
+    check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
+                               "window_keys", "window_values", "key_center", "value_center"});
+  } else {
+    check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
+                               "window_keys", "window_values"});
+  }
+  const char* exact_type = o.exact_dtype == DenseDtype::f16 ? "F16" : "F32";
+  const int64_t H = cache.kv_heads(), D = cache.head_dim();
+  const auto sinks = static_cast<int64_t>(r.n_sinks), held = static_cast<int64_t>(r.held),
+             window = static_cast<int64_t>(r.window_size);
+  SavedTensors t{};
+  t.sink_keys = &find_tensor(state, "sink_keys", exact_type, {H, sinks, D});
+  t.sink_values = &find_tensor(state, "sink_values", exact_type, {H, sinks, D});
+  t.key_codes = &find_tensor(state, "key_codes", "U8", {H, held, static_cast<int64_t>(cache.key_code_size())});
+  t.value_codes = &find_tensor(state, "value_codes", "U8", {H, held, static_cast<int64_t>(cache.value_code_size())});
+  t.window_keys = &find_tensor(state, "window_keys", exact_type, {H, window, D});
+  t.window_values = &find_tensor(state, "window_values", exact_type, {H, window, D});
+  if (o.center) {
+    t.centers[0] = &find_tensor(state, "key_center", "F32", {H, D});
+    t.centers[1] = &find_tensor(state, "value_center", "F32", {H, D});
+  }
+  // Exact tokens are never re-encoded; reject non-finite ones as append() would have (and
+  // non-finite means, which decode would add to every compressed token).
+  for (const TensorBlob* b : {t.sink_keys, t.sink_values, t.window_keys, t.window_values, t.centers[0], t.centers[1]}) {
+    TURBOKV_CHECK(b == nullptr || first_non_finite(*b) == SIZE_MAX,
+                  "TurboQuantKVCache: tensor '{}' holds a non-finite value", b->name);
+  }
+  check_norms(*t.key_codes, cache.key_prod() ? cache.key_prod()->layout() : cache.key_mse()->layout());
+  check_norms(*t.value_codes, cache.value_codec().layout());
+  return t;
+}
 }  // namespace
 
 CacheState TurboQuantKVCache::save_state() const {
@@ -135,105 +270,20 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
                 meta_string(state, "class"));
   const int kv_heads = static_cast<int>(meta_int(state, "kv_heads", 1, 4096));
   const int head_dim = static_cast<int>(meta_int(state, "head_dim", 2, 8192));
-  TurboQuantCacheOptions o;
-  o.key_bits = meta_double(state, "key_bits", 1, 8);
-  o.value_bits = meta_double(state, "value_bits", 1, 8);
-  o.key_codec = parse_codec_kind(meta_string(state, "key_codec"));
-  o.value_codec = parse_codec_kind(meta_string(state, "value_codec"));
-  o.rotation = parse_rotation_kind(meta_string(state, "rotation"));
-  o.seed = meta_u64(state, "seed");
-  o.fp32_norm = meta_bool(state, "fp32_norm");
-  o.norm_correction = meta_bool(state, "norm_correction");
-  o.center = state.metadata.count("center") > 0 && meta_bool(state, "center");
-  o.window = static_cast<size_t>(meta_int(state, "window", 0, int64_t{1} << 24));
-  o.sinks = static_cast<size_t>(meta_int(state, "sinks", 0, int64_t{1} << 24));
-  o.page_tokens = static_cast<size_t>(meta_int(state, "page_tokens", 1, 65536));
-  if (state.metadata.count("exact_dtype") > 0) o.exact_dtype = parse_dense_dtype(meta_string(state, "exact_dtype"));
-  if (state.metadata.count("attention") > 0) {
-    const std::string attention = meta_string(state, "attention");
-    // Only written as int8 (absent: exact), so that saving a loaded cache gives the same bytes.
-    TURBOKV_CHECK(attention == "int8", "TurboQuantKVCache: attention must be int8 (or absent), got '{}'", attention);
-    o.int8_attention = true;
-  }
-  const char* exact_type = o.exact_dtype == DenseDtype::f16 ? "F16" : "F32";
+  const TurboQuantCacheOptions o = options_from_state(state);
+  const SavedRegions r = regions_from_state(state, o, kv_heads, head_dim);
+  const size_t n_sinks = r.n_sinks, compressed = r.compressed, window_size = r.window_size;
   const size_t element = o.exact_dtype == DenseDtype::f16 ? 2 : 4;
-  const int64_t max_tokens = (int64_t{1} << 40) / (int64_t{kv_heads} * head_dim);
-  const auto tokens = static_cast<size_t>(meta_int(state, "tokens", 0, max_tokens));
-  const auto n_sinks = static_cast<size_t>(meta_int(state, "n_sinks", 0, static_cast<int64_t>(o.sinks)));
-  const auto compressed = static_cast<size_t>(meta_int(state, "compressed", 0, max_tokens));
-  const auto window_size =
-      static_cast<size_t>(meta_int(state, "window_size", 0, static_cast<int64_t>(o.window)));
-  TURBOKV_CHECK(n_sinks + compressed + window_size == tokens,
-                "TurboQuantKVCache: n_sinks ({}) + compressed ({}) + window_size ({}) != tokens "
-                "({})", n_sinks, compressed, window_size, tokens);
-  TURBOKV_CHECK(n_sinks == o.sinks || (compressed == 0 && window_size == 0),
-                "TurboQuantKVCache: {} of {} sinks filled but later regions hold tokens", n_sinks,
-                o.sinks);
-  // Absent in files written before sliding-window rings (they hold every position).
-  const size_t first_held =
-      state.metadata.count("first_held") != 0
-          ? static_cast<size_t>(meta_int(state, "first_held", 0, static_cast<int64_t>(tokens)))
-          : 0;
-  const size_t dropped = first_held > n_sinks ? std::min(first_held - n_sinks, compressed) : 0;
-  const size_t held = compressed - dropped;
 
   // Builds the codecs (and validates the options) before any tensor is touched.
   auto cache = std::make_unique<TurboQuantKVCache>(kv_heads, head_dim, o);
-  const auto key_cs = meta_int(state, "key_code_size", 1, int64_t{1} << 20);
-  const auto value_cs = meta_int(state, "value_code_size", 1, int64_t{1} << 20);
-  TURBOKV_CHECK(static_cast<size_t>(key_cs) == cache->key_code_size_ &&
-                    static_cast<size_t>(value_cs) == cache->value_code_size_,
-                "TurboQuantKVCache: code sizes in the file ({}, {}) differ from this build's "
-                "codecs ({}, {})",
-                key_cs, value_cs, cache->key_code_size_, cache->value_code_size_);
-  TURBOKV_CHECK(meta_u64(state, "key_checksum") == key_checksum(*cache),
-                "TurboQuantKVCache: key codec checksum mismatch: the codebook or rotation of this "
-                "build differs from the one that wrote the file");
-  TURBOKV_CHECK(meta_u64(state, "value_checksum") == codec_checksum(*cache->value_mse_),
-                "TurboQuantKVCache: value codec checksum mismatch: the codebook or rotation of "
-                "this build differs from the one that wrote the file");
+  check_same_codecs(state, *cache);
+  const size_t key_cs = cache->key_code_size_, value_cs = cache->value_code_size_;
 
-  if (o.center) {
-    check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
-                               "window_keys", "window_values", "key_center", "value_center"});
-  } else {
-    check_tensor_names(state, {"sink_keys", "sink_values", "key_codes", "value_codes",
-                               "window_keys", "window_values"});
-  }
-  const int64_t H = kv_heads, D = head_dim;
+  const SavedTensors saved = saved_tensors(state, o, r, *cache);
+  const TensorBlob &sk = *saved.sink_keys, &sv = *saved.sink_values, &kc = *saved.key_codes,
+                   &vc = *saved.value_codes, &wk = *saved.window_keys, &wv = *saved.window_values;
   const size_t d = head_dim;
-  const auto& sk = find_tensor(state, "sink_keys", exact_type, {H, static_cast<int64_t>(n_sinks), D});
-  const auto& sv = find_tensor(state, "sink_values", exact_type, {H, static_cast<int64_t>(n_sinks), D});
-  const auto& kc = find_tensor(state, "key_codes", "U8", {H, static_cast<int64_t>(held), key_cs});
-  const auto& vc = find_tensor(state, "value_codes", "U8", {H, static_cast<int64_t>(held), value_cs});
-  const auto& wk = find_tensor(state, "window_keys", exact_type, {H, static_cast<int64_t>(window_size), D});
-  const auto& wv = find_tensor(state, "window_values", exact_type, {H, static_cast<int64_t>(window_size), D});
-
-  const TensorBlob* centers[2] = {nullptr, nullptr};
-  if (o.center) {
-    centers[0] = &find_tensor(state, "key_center", "F32", {H, D});
-    centers[1] = &find_tensor(state, "value_center", "F32", {H, D});
-  }
-  // Exact tokens are never re-encoded; reject non-finite ones as append() would have (and
-  // non-finite means, which decode would add to every compressed token).
-  for (const TensorBlob* t : {&sk, &sv, &wk, &wv, centers[0], centers[1]}) {
-    TURBOKV_CHECK(t == nullptr || first_non_finite(*t) == SIZE_MAX,
-                  "TurboQuantKVCache: tensor '{}' holds a non-finite value", t->name);
-  }
-  // Codes decode to scale * centroids: a non-finite stored norm would load a poisoned cache.
-  auto check_norms = [](const TensorBlob& blob, const CodeLayout& layout) {
-    const size_t cs = layout.code_size;
-    for (size_t off = 0; off + cs <= blob.data.size(); off += cs) {
-      for (size_t field : {layout.norm_offset, layout.residual_norm_offset}) {
-        if (field == CodeLayout::npos) continue;
-        TURBOKV_CHECK(std::isfinite(load_norm(blob.data.data() + off + field, layout.fp32_norm)),
-                      "TurboQuantKVCache: tensor '{}' holds a non-finite norm (record {})",
-                      blob.name, off / cs);
-      }
-    }
-  };
-  check_norms(kc, cache->key_prod_ ? cache->key_prod_->layout() : cache->key_mse_->layout());
-  check_norms(vc, cache->value_mse_->layout());
   for (int h = 0; h < kv_heads && n_sinks > 0; ++h) {  // no sinks: null buffers, memcpy would be UB
     void* keys = element == 2 ? static_cast<void*>(cache->sink_ptr16(false, h)) : cache->sink_ptr(false, h);
     void* values = element == 2 ? static_cast<void*>(cache->sink_ptr16(true, h)) : cache->sink_ptr(true, h);
@@ -242,25 +292,25 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(const CacheStat
   }
   cache->n_sinks_ = n_sinks;
   for (int which = 0; which < 2 && o.center; ++which) {
-    std::memcpy(cache->center_buf_[which].data(), centers[which]->data.data(),
-                centers[which]->data.size());
+    std::memcpy(cache->center_buf_[which].data(), saved.centers[which]->data.data(),
+                saved.centers[which]->data.size());
   }
   // Codes go straight into pages (no re-encoding: bit-exact by construction).
   const size_t pt = o.page_tokens;
   cache->resize_pages((compressed + pt - 1) / pt);  // pages before first_held stay freed
-  for (size_t c = dropped; c < compressed;) {
+  for (size_t c = r.dropped; c < compressed;) {
     const size_t p = c / pt, slot = c % pt, n = std::min(pt - slot, compressed - c);
     cache->ensure_page(p);
     for (int h = 0; h < kv_heads; ++h) {
-      std::memcpy(cache->codes_ptr(p, h, false) + slot * key_cs, kc.data.data() + (h * held + c - dropped) * key_cs,
+      std::memcpy(cache->codes_ptr(p, h, false) + slot * key_cs, kc.data.data() + (h * r.held + c - r.dropped) * key_cs,
                   n * key_cs);
       std::memcpy(cache->codes_ptr(p, h, true) + slot * value_cs,
-                  vc.data.data() + (h * held + c - dropped) * value_cs, n * value_cs);
+                  vc.data.data() + (h * r.held + c - r.dropped) * value_cs, n * value_cs);
     }
     c += n;
   }
   cache->compressed_size_ = compressed;
-  cache->first_held_ = first_held;
+  cache->first_held_ = r.first_held;
   if (window_size > 0) {
     // Through float: fp16 -> float -> fp16 gives back the same bits for every finite value.
     std::vector<float> k(kv_heads * window_size * d), v(k.size());
