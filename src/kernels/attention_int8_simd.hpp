@@ -609,11 +609,68 @@ TKV_INLINE void transpose16x16_epi32(__m512i* r) {
   }
 }
 
+// The code bytes of chunks c and c + 1 (c even) of the token at p in one register: chunk c's
+// in the low half, c + 1's in the high half, each as chunk_codes_of (paired) gives them. 3 bits:
+// the 24 bytes in one masked load, one byte permute giving each 64-bit lane a 3-byte group and
+// one vpmultishiftqb, where two codes32<3> take twice that.
+template <int B>
+TKV_INLINE __m512i codes64(const uint8_t* p, int c) {
+  if constexpr (B == 3) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(0xffffffull, p + c * 12);
+    const __mmask64 all = ~0ull;
+    const __m512i groups = _mm512_maskz_permutexvar_epi8(
+        all,
+        _mm512_set_epi8(23, 23, 23, 23, 23, 23, 22, 21, 20, 20, 20, 20, 20, 20, 19, 18, 17, 17, 17, 17, 17, 17, 16, 15,
+                        14, 14, 14, 14, 14, 14, 13, 12, 11, 11, 11, 11, 11, 11, 10, 9, 8, 8, 8, 8, 8, 8, 7, 6, 5, 5, 5,
+                        5, 5, 5, 4, 3, 2, 2, 2, 2, 2, 2, 1, 0),
+        bytes);
+    const __m512i shifts = _mm512_set1_epi64(0x15120f0c09060300LL);
+    return _mm512_and_si512(_mm512_maskz_multishift_epi64_epi8(all, shifts, groups), _mm512_set1_epi8(0x07));
+  } else if constexpr (B == 4) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * c));
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x), _mm256_srli_epi16(x, 4), 1);
+    return _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
+  } else {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(chunk_codes_of<B>(p, c, true)),
+                              chunk_codes_of<B>(p, c + 1, true), 1);
+  }
+}
+
+TKV_INLINE __m512i table64(const int8_t* table, bool offset) {
+  __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
+  if (offset) t = _mm_xor_si128(t, _mm_set1_epi8(static_cast<char>(0x80)));
+  return _mm512_broadcast_i32x4(t);
+}
+
+// transposed_key_block for groups of whole 64-coordinate halves: each token's half decoded into
+// one register (16 quads), sixteen tokens transposed in registers and stored, without the
+// round trip through a row buffer.
+template <int B>
+void transposed_key_block64(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* kt) {
+  const __m512i table = table64(g.table8, true);
+  const uint8_t* base = records + g.offset;
+  for (int h = 0; h < g.dims / 64; ++h) {
+    for (int t0 = 0; t0 < kBlockTokens; t0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const size_t t = static_cast<size_t>(t0 + i);
+        r[i] = t < n ? _mm512_shuffle_epi8(table, codes64<B>(base + t * code_size, 2 * h)) : _mm512_setzero_si512();
+      }
+      transpose16x16_epi32(r);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (16 * h + i) * kBlockTokens + t0, r[i]);
+    }
+  }
+}
+
 // The block's key centroids (offset by 128) as kt[quad * kBlockTokens + t] dwords: token t's
 // bytes 4 quad .. 4 quad + 3 in the order token_dots multiplies them; tokens from n on are zero.
 template <int B>
 void transposed_key_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
                           uint32_t* kt) {
+  if (g.dims % 64 == 0) {
+    transposed_key_block64<B>(records, code_size, n, g, kt);
+    return;
+  }
   const int chunks = g.dims / kInt8Chunk;
   const int row_bytes = (g.dims + 63) / 64 * 64;  // whole 16-dword rows for the transpose
   alignas(64) uint8_t rows[kBlockTokens * kPrefillMaxDims];
@@ -730,6 +787,31 @@ void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_s
 template <int B>
 void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* vb) {
   const int chunks = g.dims / kInt8Chunk;
+  if (chunks % 2 == 0) {
+    // Two chunks at a time, one per 256-bit half (the unpacks work within 128-bit lanes).
+    const __m512i table = table64(g.table8, false);
+    const uint8_t* base = records + g.offset;
+    for (int c = 0; c < chunks; c += 2) {
+      for (size_t t = 0; t < n; t += 4) {
+        __m512i x[4];
+        for (int i = 0; i < 4; ++i) {
+          x[i] = t + i < n ? codes64<B>(base + (t + i) * code_size, c) : _mm512_setzero_si512();
+        }
+        const __m512i l01 = _mm512_unpacklo_epi8(x[0], x[1]), h01 = _mm512_unpackhi_epi8(x[0], x[1]);
+        const __m512i l23 = _mm512_unpacklo_epi8(x[2], x[3]), h23 = _mm512_unpackhi_epi8(x[2], x[3]);
+        const __m512i y[4] = {_mm512_unpacklo_epi16(l01, l23), _mm512_unpackhi_epi16(l01, l23),
+                              _mm512_unpacklo_epi16(h01, h23), _mm512_unpackhi_epi16(h01, h23)};
+        uint32_t* lo = vb + (static_cast<size_t>(c) * kBlockTokens / 4 + t / 4) * 32;
+        uint32_t* hi = lo + kBlockTokens / 4 * 32;
+        for (int k = 0; k < 4; ++k) {
+          const __m512i v = _mm512_shuffle_epi8(table, y[k]);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(lo + 8 * k), _mm512_castsi512_si256(v));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(hi + 8 * k), _mm512_extracti64x4_epi64(v, 1));
+        }
+      }
+    }
+    return;
+  }
   const __m256i table = table16(g.table8, false);
   const uint8_t* base = records + g.offset;
   for (int c = 0; c < chunks; ++c) {
