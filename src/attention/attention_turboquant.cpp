@@ -291,13 +291,17 @@ class TurboQuantSource : public BlockSource {
     const float* value_center = cache_.value_center(head);
     float q_dot_center[kMaxRows] = {};
     queries_dot_center(tile, key_center, q_dot_center);
-    for_each_block(head, begin, end, [&](const uint8_t* kr, const uint8_t* vr, size_t n, size_t first) {
+    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
+      const uint8_t* kr = block.keys;
+      const uint8_t* vr = block.values;
+      const size_t n = block.n;
       const auto dots = [&](float* s) {
-        prefetch_bytes(vr, n * vcs);  // this block's values, read after the scores
+        prefetch_half(next.keys, next.n * kcs, 0);
         for (int g = 0; g < n_key_groups_; ++g) {
           k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
                        s, kBlockTokens, g > 0);
         }
+        prefetch_half(next.keys, next.n * kcs, 1);
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
         if (!qjl_) {
           k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
@@ -316,18 +320,20 @@ class TurboQuantSource : public BlockSource {
         }
       };
       const auto accumulate = [&](const float* p) {
+        prefetch_half(next.values, next.n * vcs, 0);
         k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
         float* w = tile.weights;
         for (int r = 0; r < tile.rows; ++r) {
           for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
         }
+        prefetch_half(next.values, next.n * vcs, 1);
         add_value_center(tile, p, n, value_center);
         for (int g = 0; g < n_value_groups_; ++g) {
           k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],
                              tile.acc.data() + acc_offset_[g], tile.acc_width);
         }
       };
-      tile.step(n, first, dots, accumulate);
+      tile.step(n, block.first, dots, accumulate);
     });
   }
 
@@ -345,22 +351,28 @@ class TurboQuantSource : public BlockSource {
     const float* value_center = cache_.value_center(head);
     float q_dot_center[kPrefillRows] = {};
     queries_dot_center(tile, key_center, q_dot_center);
-    for_each_block(head, begin, end, [&](const uint8_t* kr, const uint8_t* vr, size_t n, size_t first) {
+    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
+      const uint8_t* kr = block.keys;
+      const uint8_t* vr = block.values;
+      const size_t n = block.n;
       const auto dots = [&](float* s) {
-        prefetch_bytes(vr, n * vcs);  // this block's values, read after the scores
+        prefetch_half(next.keys, next.n * kcs, 0);
         for (int g = 0; g < n_key_groups_; ++g) {
           k.group_decode(kr, kcs, n, key_groups_[g], decoded.data() + q_offset_[g], q_orig_);
         }
+        prefetch_half(next.keys, next.n * kcs, 1);
         k.prefill_dots_f32(tile.q, tile.q_width, tile.rows, decoded.data(), n, key_width, s, kBlockTokens);
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
         k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
       };
       const auto accumulate = [&](const float* p) {
+        prefetch_half(next.values, next.n * vcs, 0);
         k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
         float* w = tile.weights;
         for (int r = 0; r < tile.rows; ++r) {
           for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
         }
+        prefetch_half(next.values, next.n * vcs, 1);
         add_value_center(tile, p, n, value_center);
         for (int g = 0; g < n_value_groups_; ++g) {
           k.group_decode(vr, vcs, n, value_groups_[g], decoded.data() + acc_offset_[g], acc_orig_);
@@ -368,7 +380,7 @@ class TurboQuantSource : public BlockSource {
         k.prefill_accumulate_f32(w, kBlockTokens, tile.rows, decoded.data(), n, value_width, tile.acc.data(),
                                  tile.acc_width);
       };
-      tile.step(n, first, dots, accumulate);
+      tile.step(n, block.first, dots, accumulate);
     });
   }
 
@@ -397,9 +409,12 @@ class TurboQuantSource : public BlockSource {
       for (int g = 0; g < n_key_groups_; ++g) key_scale[g][r] = tile.q[r * tile.q_width + q_scale_[g]];
     }
     const size_t q_stride = tile.q_width * sizeof(float);
-    for_each_block(head, begin, end, [&](const uint8_t* kr, const uint8_t* vr, size_t n, size_t first) {
+    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
+      const uint8_t* kr = block.keys;
+      const uint8_t* vr = block.values;
+      const size_t n = block.n;
       const auto dots = [&](float* s) {
-        prefetch_bytes(vr, n * vcs);  // this block's values (their norms are read first)
+        prefetch_half(next.keys, next.n * kcs, 0);
         for (int g = 0; g < n_key_groups_; ++g) {
           if (wide_group(key_groups_[g].bits)) {
             k.int16_dots(reinterpret_cast<const int16_t*>(tile.q + q_offset_[g]), q_stride / 2, tile.rows,
@@ -409,10 +424,12 @@ class TurboQuantSource : public BlockSource {
                       kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
           }
         }
+        prefetch_half(next.keys, next.n * kcs, 1);
         k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
         k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
       };
       const auto accumulate = [&](const float* p) {
+        prefetch_half(next.values, next.n * vcs, 0);
         k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
         if (value_narrow_) {
           k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, k.int8_weight_levels, w8, weight_scale);
@@ -424,6 +441,7 @@ class TurboQuantSource : public BlockSource {
             value_scale[g][r] = ws * value_int8_scale_[g];
           }
         }
+        prefetch_half(next.values, next.n * vcs, 1);
         add_value_center(tile, p, n, value_center);
         for (int g = 0; g < n_value_groups_; ++g) {
           if (wide_group(value_groups_[g].bits)) {
@@ -435,42 +453,49 @@ class TurboQuantSource : public BlockSource {
           }
         }
       };
-      tile.step(n, first, dots, accumulate);
+      tile.step(n, block.first, dots, accumulate);
     });
   }
 
-  // Calls fn(key records, value records, n, first token) for each block of at most kBlockTokens
-  // compressed tokens of [begin, end) (absolute positions) within one page.
+  // One block of compressed tokens of a page: n records of keys and of values from token `first`.
+  struct Block {
+    const uint8_t* keys = nullptr;
+    const uint8_t* values = nullptr;
+    size_t n = 0;
+    size_t first = 0;
+  };
+
+  // Calls fn(block, next) for each block of at most kBlockTokens compressed tokens of
+  // [begin, end) (absolute positions) within one page; next is the block after it (n = 0 after
+  // the last). fn prefetches next's keys and values in halves (prefetch_half) as its block's
+  // phases go: a block's work takes far longer than a memory access, and without prefetching a
+  // 32K decode step spent most of its key decoding waiting on each block's first code loads.
   template <typename Fn>
   void for_each_block(int head, size_t begin, size_t end, Fn&& fn) const {
     const size_t n_sinks = cache_.n_sinks();
     const size_t page_tokens = cache_.page_tokens();
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
-    size_t t = begin;
-    while (t < end) {
-      const size_t c = t - n_sinks;  // index within the compressed region
+    // The block at compressed index c (c + n_sinks < end).
+    const auto block_at = [&](size_t c) {
       const size_t page = c / page_tokens;
       const size_t page_first = page * page_tokens;
       const size_t page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
-      const uint8_t* key_page = cache_.key_codes(page, head);
-      const uint8_t* value_page = cache_.value_codes(page, head);
-      for (size_t ci = c; ci < page_end;) {
-        const size_t n = std::min<size_t>(kBlockTokens, page_end - ci);
-        // The next block's keys start coming in now: a block's work takes far longer than a
-        // memory access, and without this a 32K decode step spent most of its key decoding
-        // waiting on each block's first code loads (the caller prefetches a block's values as
-        // its scores start).
-        const size_t next = ci + n;
-        if (next < page_end) {
-          prefetch_bytes(key_page + (next - page_first) * kcs, std::min<size_t>(kBlockTokens, page_end - next) * kcs);
-        } else if (n_sinks + page_end < end) {
-          prefetch_bytes(cache_.key_codes(page + 1, head), std::min<size_t>(kBlockTokens, end - n_sinks - page_end) * kcs);
-        }
-        fn(key_page + (ci - page_first) * kcs, value_page + (ci - page_first) * vcs, n, n_sinks + ci);
-        ci = next;
-      }
-      t = n_sinks + page_end;
+      Block b;
+      b.keys = cache_.key_codes(page, head) + (c - page_first) * kcs;
+      b.values = cache_.value_codes(page, head) + (c - page_first) * vcs;
+      b.n = std::min<size_t>(kBlockTokens, page_end - c);
+      b.first = n_sinks + c;
+      return b;
+    };
+    if (begin >= end) return;
+    Block block = block_at(begin - n_sinks);
+    prefetch_bytes(block.values, block.n * vcs);  // the first block's values, read after its scores
+    while (block.n > 0) {
+      const size_t next_first = block.first + block.n;
+      const Block next = next_first < end ? block_at(next_first - n_sinks) : Block{};
+      fn(block, next);
+      block = next;
     }
   }
 
