@@ -385,15 +385,12 @@ void integer_weights(const float* p, size_t ld, int rows, const float* norm, siz
       vmax = _mm256_max_ps(vmax, v);
       check = _mm256_add_ps(check, _mm256_mul_ps(v, _mm256_setzero_ps()));
     }
-    alignas(32) float lanes[8], checks[8];
-    _mm256_store_ps(lanes, vmax);
-    _mm256_store_ps(checks, check);
-    float wmax = 0.0f;
-    bool finite = true;
-    for (int i = 0; i < 8; ++i) {
-      wmax = std::max(wmax, lanes[i]);
-      finite = finite && checks[i] == 0.0f;
-    }
+    // The lanes' max (exact in any order) and whether every check lane is 0 (not NaN).
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    float wmax = _mm_cvtss_f32(m4);
+    bool finite = _mm256_movemask_ps(_mm256_cmp_ps(check, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
     for (; t < n; ++t) {
       w[t] = pr[t] * norm[t];
       finite = finite && std::isfinite(w[t]);
