@@ -659,13 +659,81 @@ void transposed_key_block64(const uint8_t* records, size_t code_size, size_t n, 
   }
 }
 
+// Rows 0..5 of the transpose of 16 rows of 16 dwords whose dwords 6..15 are zero
+// (transpose16x16_epi32's first two rounds, then only the 128-bit lanes that hold them):
+// r[j] = dword j of each row, j < 6.
+TKV_INLINE void transpose16x6_epi32(__m512i* r) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    b[4 * g + 0] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+    b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+  }
+  // b[4g + k], 128-bit lane L: dword 4L + k of rows 4g .. 4g + 3; only lanes 0 and 1 hold any.
+  for (int k = 0; k < 4; ++k) {
+    const __m512i d0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x44);      // lanes 0, 1, 0, 1
+    const __m512i d1 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x44);
+    r[k] = _mm512_shuffle_i32x4(d0, d1, 0x88);
+    if (k < 2) r[4 + k] = _mm512_shuffle_i32x4(d0, d1, 0xdd);
+  }
+}
+
+// transposed_key_block for 3-bit groups of whole 64-coordinate halves: sixteen tokens' 24 code
+// bytes of a half are transposed as dwords first (6 rows, where their centroids would take 16),
+// then each quad's four codes (bits 12q .. 12q + 11) come out of its dword, or of two
+// neighbouring ones, with one vpmultishiftqb and the table's vpshufb: about 80 shuffles per
+// sixteen tokens and half, where decoding each token and transposing its centroids takes 112.
+void transposed_key_block3(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* kt) {
+  const __m512i table = table64(g.table8, true);
+  const __m512i low3 = _mm512_set1_epi8(0x07);
+  const __mmask64 all = ~0ull;
+  const uint8_t* base = records + g.offset;
+  for (int t0 = 0; t0 < kBlockTokens; t0 += 16) {
+    const size_t live_tokens = n > static_cast<size_t>(t0) ? std::min<size_t>(16, n - t0) : 0;
+    const __mmask16 live = static_cast<__mmask16>((1u << live_tokens) - 1);
+    for (int h = 0; h < g.dims / 64; ++h) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const size_t t = static_cast<size_t>(t0 + i);
+        r[i] = t < n ? _mm512_maskz_loadu_epi32(0x3f, base + t * code_size + 24 * h) : _mm512_setzero_si512();
+      }
+      transpose16x6_epi32(r);
+#pragma GCC unroll 16
+      for (int q = 0; q < 16; ++q) {
+        const int bit = 12 * q, j = bit / 32;
+        int shift = bit % 32;
+        __m512i src = r[j];
+        if (shift > 20) {  // the quad's 12 bits run into the next dword
+          src = _mm512_or_si512(_mm512_srli_epi32(r[j], static_cast<unsigned>(shift)),
+                                _mm512_slli_epi32(r[j + 1], static_cast<unsigned>(32 - shift)));
+          shift = 0;
+        }
+        // Byte i of each 64-bit lane (two tokens): bits shift + 3i of the even token's dword,
+        // then of the odd one's.
+        uint64_t control = 0;
+        for (int i = 0; i < 8; ++i) control |= static_cast<uint64_t>((i < 4 ? 0 : 32) + shift + 3 * (i % 4)) << (8 * i);
+        const __m512i codes = _mm512_and_si512(
+            _mm512_maskz_multishift_epi64_epi8(all, _mm512_set1_epi64(static_cast<long long>(control)), src), low3);
+        _mm512_store_si512(kt + (16 * h + q) * kBlockTokens + t0,
+                           _mm512_maskz_mov_epi32(live, _mm512_shuffle_epi8(table, codes)));
+      }
+    }
+  }
+}
+
 // The block's key centroids (offset by 128) as kt[quad * kBlockTokens + t] dwords: token t's
 // bytes 4 quad .. 4 quad + 3 in the order token_dots multiplies them; tokens from n on are zero.
 template <int B>
 void transposed_key_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
                           uint32_t* kt) {
   if (g.dims % 64 == 0) {
-    transposed_key_block64<B>(records, code_size, n, g, kt);
+    if constexpr (B == 3) transposed_key_block3(records, code_size, n, g, kt);
+    else transposed_key_block64<B>(records, code_size, n, g, kt);
     return;
   }
   const int chunks = g.dims / kInt8Chunk;
