@@ -581,20 +581,26 @@ void int16_weights(const float* p, size_t ld, int rows, const float* norm, size_
 // Groups wider than kPrefillMaxDims take the 8-row kernels.
 constexpr int kPrefillMaxDims = 256;
 
-// 16 rows of 16 dwords (r[i] = row i) -> their transpose, in place.
-TKV_INLINE void transpose16x16_epi32(__m512i* r) {
-  __m512i a[16], b[16];
+// The first two rounds of a 16x16 dword transpose of r (r[i] = row i): b[4g + k], 128-bit
+// lane L, holds column 4L + k of rows 4g .. 4g + 3.
+TKV_INLINE void transpose_within_lanes(const __m512i* r, __m512i* b) {
+  __m512i a[16];
   for (int i = 0; i < 16; i += 2) {
     a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
     a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
-  // b[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3.
   for (int g = 0; g < 4; ++g) {
     b[4 * g + 0] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
     b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
     b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
     b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
   }
+}
+
+// 16 rows of 16 dwords (r[i] = row i) -> their transpose, in place.
+TKV_INLINE void transpose16x16_epi32(__m512i* r) {
+  __m512i b[16];
+  transpose_within_lanes(r, b);
   for (int k = 0; k < 4; ++k) {
     const __m512i c0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x88), c1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xdd);
     const __m512i c2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x88);
@@ -633,10 +639,9 @@ TKV_INLINE __m512i codes64(const uint8_t* p, int c) {
   }
 }
 
+// table16 in every 128-bit lane of a 512-bit register.
 TKV_INLINE __m512i table64(const int8_t* table, bool offset) {
-  __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
-  if (offset) t = _mm_xor_si128(t, _mm_set1_epi8(static_cast<char>(0x80)));
-  return _mm512_broadcast_i32x4(t);
+  return _mm512_broadcast_i32x4(_mm256_castsi256_si128(table16(table, offset)));
 }
 
 // transposed_key_block for groups of whole 64-coordinate halves: each token's half decoded into
@@ -663,18 +668,8 @@ void transposed_key_block64(const uint8_t* records, size_t code_size, size_t n, 
 // (transpose16x16_epi32's first two rounds, then only the 128-bit lanes that hold them):
 // r[j] = dword j of each row, j < 6.
 TKV_INLINE void transpose16x6_epi32(__m512i* r) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 16; i += 2) {
-    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {
-    b[4 * g + 0] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
-    b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
-    b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
-    b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
-  }
-  // b[4g + k], 128-bit lane L: dword 4L + k of rows 4g .. 4g + 3; only lanes 0 and 1 hold any.
+  __m512i b[16];
+  transpose_within_lanes(r, b);  // only lanes 0 and 1 of b hold any dword below 6
   for (int k = 0; k < 4; ++k) {
     const __m512i d0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x44);      // lanes 0, 1, 0, 1
     const __m512i d1 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x44);
