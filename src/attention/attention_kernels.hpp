@@ -95,8 +95,8 @@ struct KernelTable {
   // centroids (in [-127, 127]). Integer sums are exact, so every table gives the scalar table's
   // bits for the same integers (tables differ only in int8_weight_levels).
   // scores[r * ld + t] = (add ? scores[r * ld + t] + : ) row_scale[r] * sum_j q8_r[j] * table8[code_t[j]]
-  // (fma when adding), q row r at q8 + r * q_stride (bytes, values in [-127, 127]), in
-  // int8_order(bits, dims, false, ..) order.
+  // (fma when adding), q row r at q8 + r * q_stride (bytes, values within
+  // +-int8_query_levels(bits)), in int8_order(bits, dims, false, ..) order.
   void (*int8_dots)(const int8_t* q8, size_t q_stride, int rows, const float* row_scale,
                     const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group,
                     float* scores, size_t ld, bool add);
@@ -136,12 +136,6 @@ struct KernelTable {
   // products in 16 bits (2 * 255 * 127 would saturate); vpdpbusd would take 255. Every table
   // uses 127 now (attention_int8_simd.hpp says why); the field keeps the kernels honest about it.
   int int8_weight_levels;
-  // Code widths (bit b set: b bits) the attention source sends to the int8 kernels; other widths
-  // attend exactly. The kernels take 2-4 bits everywhere, but AVX2's 3-bit decode (a byte
-  // shuffle, a multiply and a pack per 32 codes) made the int8 path slower than the exact one
-  // for 3-bit codes (docs/history/benchmarks-notebook.md, "Integer attention"), so the AVX2
-  // table leaves them to the exact path.
-  unsigned int8_widths;
 
   // ---- prefill tiles (kPrefillRows rows of a call with many queries; dense blocks) ----
   // The contracts of dots_f16 .. accumulate_f32, n <= kBlockTokens. The scalar table computes
@@ -184,6 +178,13 @@ inline bool int16_group_supported(int bits, int dims) {
 }
 
 inline constexpr int kInt8Chunk = 32;
+// The levels of an int8 query row against key codes of this width: 127 against 4-bit codes, 63
+// against 2- and 3-bit ones. With 6 bits and a sign, AVX2's maddubs can take the centroids as
+// unsigned bytes (offset by 128: 2 * 255 * 63 fits its 16-bit pairs) instead of taking their
+// signs out of the query row by row (attention_int8_simd.hpp); the coarser query's error is
+// small beside 2- and 3-bit codes' own (kjv KL within 2% of the exact path's), not beside 4-bit
+// codes' (tq4-plain +3.3% at 63 levels, +1.8% at 127; docs/history/benchmarks-notebook.md).
+constexpr int int8_query_levels(int bits) { return bits == 4 ? 127 : 63; }
 // Whether the integer kernels take a group of this shape.
 inline bool int8_group_supported(int bits, int dims) {
   return bits >= 2 && bits <= 4 && dims % kInt8Chunk == 0 && dims > 0 && dims <= 1024;

@@ -88,7 +88,7 @@ bool int8_layout_supported(const TurboQuantKVCache& cache, const KernelTable& ke
   if (kernels.int8_dots == nullptr || cache.key_prod() != nullptr) return false;
   const auto supported = [&](int bits, int dims) {
     return wide_group(bits) ? kernels.int16_dots != nullptr && int16_group_supported(bits, dims)
-                            : int8_group_supported(bits, dims) && (kernels.int8_widths >> bits & 1u) != 0;
+                            : int8_group_supported(bits, dims);
   };
   for (const CodeLayout* layout : {&cache.key_mse()->layout(), &cache.value_codec().layout()}) {
     if (!supported(layout->bits_hi, layout->dims_hi)) return false;
@@ -534,7 +534,7 @@ class TurboQuantSource : public BlockSource {
       ymax = std::max(ymax, std::fabs(y[j]));
     }
     const bool wide = wide_group(group.bits);
-    const long levels = wide ? kInt16Max : 127;
+    const long levels = wide ? kInt16Max : int8_query_levels(group.bits);
     const float inv = finite && ymax > 0.0f ? static_cast<float>(levels) / ymax : 0.0f;
     for (int j = 0; j < group.dims; ++j) {
       const long v = std::clamp<long>(std::lrint(y[order[j]] * inv), -levels, levels);

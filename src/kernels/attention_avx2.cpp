@@ -909,7 +909,7 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
                      scale_scores,   kChunkOrder4,   int8.dots,          int8.accumulate,
                      int8.weights,   int8.order,         int8.dots16,
                      int8.accumulate16, int8.weights16,  int8.order16,
-                     int8.weight_levels, int8.widths,
+                     int8.weight_levels,
                      vbmi ? prefill_dots_f16 : dots_f16, vbmi ? prefill_dots_f32 : dots_f32,
                      vbmi ? prefill_accumulate_f16 : accumulate_f16,
                      vbmi ? prefill_accumulate_f32 : accumulate_f32, group_decode,

@@ -21,8 +21,7 @@ struct Int8Kernels {
   decltype(KernelTable::int16_weights) weights16;
   decltype(KernelTable::int16_order) order16;
   int weight_levels;
-  unsigned widths;  // KernelTable::int8_widths
-  // KernelTable::prefill_int8_dots / prefill_int8_accumulate (the AVX2 build: dots, accumulate).
+  // KernelTable::prefill_int8_dots / prefill_int8_accumulate: a block decoded once for a tile's rows.
   decltype(KernelTable::int8_dots) prefill_dots;
   decltype(KernelTable::int8_accumulate) prefill_accumulate;
 };

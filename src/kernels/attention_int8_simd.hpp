@@ -6,8 +6,9 @@
 //
 // Why integers: decoding a code to a float centroid costs shuffles per 8 codes and every code
 // then costs one FMA lane per query row; as int8 centroids, one byte shuffle decodes 32 codes
-// and one vpdpbusd (three AVX2 instructions) multiplies and sums 32 of them. Keys: the query
-// rows are int8 (a scale per row), the centroids int8 (a scale per codebook). Values: the
+// and one vpdpbusd (two AVX2 multiplies and an add) multiplies and sums 32 of them. Keys: the
+// query rows are integers of int8_query_levels (a scale per row), the centroids int8 (a scale
+// per codebook). Values: the
 // softmax weights times the value norms become 7-bit integers per row and block. The sums are
 // exact integers; only the roundings differ from the float path (tests and the kjv eval measure
 // what that costs). 8-bit codes (VNNI build only, at the end) use 12-bit integers instead.
@@ -107,8 +108,8 @@ TKV_INLINE __m256i table16(const int8_t* table, bool offset) {
 
 // ---- products -------------------------------------------------------------------------------
 
-// acc + sum of four (u8 a) * (s8 b) products per 32-bit lane, all |products| <= 127 * 255 and
-// pairs <= 2 * 127 * 127 where the AVX2 form needs it (see the callers).
+// acc + sum of four (u8 a) * (s8 b) products per 32-bit lane. The AVX2 form's maddubs adds
+// pairs of products in 16 bits with saturation: the callers keep each pair within 32767.
 TKV_INLINE __m256i dot_u8s8(__m256i acc, __m256i a, __m256i b) {
 #if TURBOKV_INT8_VNNI
   return _mm256_dpbusd_epi32(acc, a, b);
@@ -129,12 +130,8 @@ TKV_INLINE __m256i reduce8_epi32(const __m256i* a) {
                           _mm256_permute2x128_si256(s0123, s4567, 0x31));
 }
 
-// dst[i] (+)= row_scale * (sum of part[i]'s lanes + start) for the m <= 8 tokens of a group of
-// eight (part[i] for i >= m is ignored): a multiply, or one fused multiply-add when adding,
-// as the scalar kernels do.
-TKV_INLINE void store_scores(__m256i (&part)[8], size_t m, int32_t start, float row_scale, bool add, float* dst) {
-  for (size_t i = m; i < 8; ++i) part[i] = _mm256_setzero_si256();
-  const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(reduce8_epi32(part), _mm256_set1_epi32(start)));
+// dst[i] (+)= row_scale * f[i] for i < m <= 8.
+TKV_INLINE void store_lanes(__m256 f, size_t m, float row_scale, bool add, float* dst) {
   const __m256 scale = _mm256_set1_ps(row_scale);
   if (m == 8) {
     _mm256_storeu_ps(dst, add ? _mm256_fmadd_ps(f, scale, _mm256_loadu_ps(dst)) : _mm256_mul_ps(f, scale));
@@ -151,26 +148,42 @@ TKV_INLINE void store_scores(__m256i (&part)[8], size_t m, int32_t start, float 
   std::memcpy(dst, lanes, m * sizeof(float));
 }
 
+// dst[i] (+)= row_scale * (sum of part[i]'s lanes + start) for the m <= 8 tokens of a group of
+// eight (part[i] for i >= m is ignored): a multiply, or one fused multiply-add when adding,
+// as the scalar kernels do.
+TKV_INLINE void store_scores(__m256i (&part)[8], size_t m, int32_t start, float row_scale, bool add, float* dst) {
+  for (size_t i = m; i < 8; ++i) part[i] = _mm256_setzero_si256();
+  store_lanes(_mm256_cvtepi32_ps(_mm256_add_epi32(reduce8_epi32(part), _mm256_set1_epi32(start))), m, row_scale, add,
+              dst);
+}
+
 // ---- keys -----------------------------------------------------------------------------------
 
-// R query rows against n tokens, two tokens per step (independent sums to overlap). VNNI: the
-// centroids come offset by 128 (unsigned) and each row's sum starts at -128 * sum(q8). AVX2:
-// |centroid| times the query byte with the centroid's sign (maddubs pairs stay within
-// 2 * 127 * 127). kChunks > 0 fixes the chunks per token at compile time (head_dim 64, 128).
-// acc[r] += the products of one chunk of 32 decoded centroids k with query bytes q8 + r * qs.
-template <int R>
+// Whether a build's key kernels take the centroids as unsigned bytes offset by 128, each row's
+// sum then starting at -128 * sum(q8): VNNI's vpdpbusd always; AVX2's maddubs against the 6-bit
+// query rows of 2- and 3-bit groups (int8_query_levels: pairs within 2 * 255 * 63). Against
+// 4-bit groups' 7-bit rows AVX2 multiplies |centroid| by the query byte with the centroid's
+// sign (pairs within 2 * 127 * 127), one more instruction per row and chunk.
+template <int B>
+constexpr bool kOffsetKeys = TURBOKV_INT8_VNNI != 0 || int8_query_levels(B) <= 63;
+
+// R query rows against n tokens, two tokens per step (independent sums to overlap).
+// kChunks > 0 fixes the chunks per token at compile time (head_dim 64, 128).
+// acc[r] += the products of one chunk of 32 decoded centroids k (offset by 128 where
+// kOffsetKeys<B>) with query bytes q8 + r * qs.
+template <int B, int R>
 TKV_INLINE void chunk_dots(const int8_t* q8, size_t qs, __m256i k, __m256i* acc) {
-#if TURBOKV_INT8_VNNI
-  for (int r = 0; r < R; ++r) {
-    acc[r] = dot_u8s8(acc[r], k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs)));
+  if constexpr (kOffsetKeys<B>) {
+    for (int r = 0; r < R; ++r) {
+      acc[r] = dot_u8s8(acc[r], k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs)));
+    }
+  } else {
+    const __m256i k_abs = _mm256_abs_epi8(k);
+    for (int r = 0; r < R; ++r) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs));
+      acc[r] = dot_u8s8(acc[r], k_abs, _mm256_sign_epi8(q, k));
+    }
   }
-#else
-  const __m256i k_abs = _mm256_abs_epi8(k);
-  for (int r = 0; r < R; ++r) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + r * qs));
-    acc[r] = dot_u8s8(acc[r], k_abs, _mm256_sign_epi8(q, k));
-  }
-#endif
 }
 
 // One token's chunks. 4 bits: pairs of chunks from one 32-byte load (low nibbles = even
@@ -185,13 +198,13 @@ TKV_INLINE void token_dots(const int8_t* q8, size_t qs, const __m256i table, con
 #pragma GCC unroll 4
     for (; c + 2 <= nc; c += 2) {
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 * c));
-      chunk_dots<R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, _mm256_and_si256(x, nibble)), acc);
-      chunk_dots<R>(q8 + kInt8Chunk * (c + 1), qs,
+      chunk_dots<B, R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, _mm256_and_si256(x, nibble)), acc);
+      chunk_dots<B, R>(q8 + kInt8Chunk * (c + 1), qs,
                     _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble)), acc);
     }
   }
 #pragma GCC unroll 8
-  for (; c < nc; ++c) chunk_dots<R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B)), acc);
+  for (; c < nc; ++c) chunk_dots<B, R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, codes32<B>(rec + c * 4 * B)), acc);
 }
 
 // Tokens per step of the key kernel: independent sums for the out-of-order core to overlap
@@ -202,9 +215,9 @@ template <int B, int R, int kChunks>
 void int8_dots_tile(const int8_t* q8, size_t qs, const float* row_scale, const uint8_t* records,
                     size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
   const int chunks = g.dims / kInt8Chunk;
-  const __m256i table = table16(g.table8, TURBOKV_INT8_VNNI != 0);
+  const __m256i table = table16(g.table8, kOffsetKeys<B>);
   int32_t start[R] = {};
-  if (TURBOKV_INT8_VNNI) {
+  if constexpr (kOffsetKeys<B>) {
     for (int r = 0; r < R; ++r) {
       int32_t sum = 0;
       for (int j = 0; j < g.dims; ++j) sum += q8[r * qs + j];
@@ -567,19 +580,51 @@ void int16_weights(const float* p, size_t ld, int rows, const float* norm, size_
   integer_weights<uint16_t, 2>(p, ld, rows, norm, n, kInt16Max, w16, scale);
 }
 
-// ---- prefill tiles: a block decoded once for up to kPrefillRows rows (VNNI build) -----------
+#endif  // TURBOKV_INT8_VNNI: 8-bit codes
+
+// ---- prefill tiles: a block decoded once for up to kPrefillRows rows ----------------------------
 //
-// The 8-row kernels above decode a token's codes for every four rows and reduce each row's
-// lanes to a score with horizontal adds, which costs more than the products. A prompt chunk's
-// tile shares one decoded block among all its rows and multiplies with 512-bit vpdpbusd:
-//  - keys: the block's centroid bytes (the kernels' coordinate order, offset by 128 as above)
-//    are transposed to [coordinate quad][token] dwords, so a lane is a token and a score needs no
-//    reduction: per quad, one broadcast query dword times 16 tokens;
-//  - values: the layout interleave4 makes (a lane is a coordinate, its four bytes four tokens),
-//    stored once per block; per four tokens, one broadcast weight dword times 16 coordinates.
+// The 8-row kernels above decode a token's codes for every four rows (two for values on AVX2)
+// and reduce each row's lanes to a score with horizontal adds, which costs more than the
+// products. A prompt chunk's tile, or a decode step's GQA group of four rows or more, shares one
+// decoded block among all its rows:
+//  - values (both builds): the layout interleave4 makes (a lane is a coordinate, its four bytes
+//    four tokens), stored once per block; per four tokens, one broadcast weight dword times the
+//    coordinates (512-bit vpdpbusd on VNNI, maddubs + madd on AVX2);
+//  - keys (VNNI build; AVX2 for 3-bit groups, whose per-token decode is its dearest): the
+//    block's centroid bytes (the kernels' coordinate order, offset by 128 as above) are
+//    transposed to [coordinate quad][token] dwords, so a lane is a token and a score needs no
+//    reduction: per quad, one broadcast query dword times 16 tokens (8 on AVX2).
 // The integer sums are the 8-row kernels', and so are the roundings after them: the same bits.
 // Groups wider than kPrefillMaxDims take the 8-row kernels.
 constexpr int kPrefillMaxDims = 256;
+
+// The block's value centroids in int8_accumulate_tile's layout: chunk c, tokens 4i .. 4i + 3 at
+// vb + (c * kBlockTokens / 4 + i) * 32 dwords, dword 8k + l = interleave4's y[k] lane l; one
+// chunk of 32 coordinates at a time (the VNNI build decodes two at a time where it can).
+template <int B>
+void interleaved_value_block256(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
+                                uint32_t* vb) {
+  const int chunks = g.dims / kInt8Chunk;
+  const __m256i table = table16(g.table8, false);
+  const uint8_t* base = records + g.offset;
+  for (int c = 0; c < chunks; ++c) {
+    const bool paired = B == 4 && (c & ~1) + 2 <= chunks;
+    for (size_t t = 0; t < n; t += 4) {
+      __m256i x[4], y[4];
+      for (int i = 0; i < 4; ++i) {
+        x[i] = t + i < n ? chunk_codes_of<B>(base + (t + i) * code_size, c, paired) : _mm256_setzero_si256();
+      }
+      interleave4(x, y);
+      uint32_t* out = vb + (static_cast<size_t>(c) * kBlockTokens / 4 + t / 4) * 32;
+      for (int k = 0; k < 4; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * k), _mm256_shuffle_epi8(table, y[k]));
+      }
+    }
+  }
+}
+
+#if TURBOKV_INT8_VNNI
 
 // The first two rounds of a 16x16 dword transpose of r (r[i] = row i): b[4g + k], 128-bit
 // lane L, holds column 4L + k of rows 4g .. 4g + 3.
@@ -842,8 +887,8 @@ void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_s
   }
 }
 
-// The block's value centroids in int8_accumulate_tile's layout: chunk c, tokens 4i .. 4i + 3 at
-// vb + (c * kBlockTokens / 4 + i) * 32 dwords, dword 8k + l = interleave4's y[k] lane l.
+// interleaved_value_block256, two chunks at a time (one per 256-bit half) where the group has
+// an even number of them.
 template <int B>
 void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* vb) {
   const int chunks = g.dims / kInt8Chunk;
@@ -872,22 +917,7 @@ void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n,
     }
     return;
   }
-  const __m256i table = table16(g.table8, false);
-  const uint8_t* base = records + g.offset;
-  for (int c = 0; c < chunks; ++c) {
-    const bool paired = B == 4 && (c & ~1) + 2 <= chunks;
-    for (size_t t = 0; t < n; t += 4) {
-      __m256i x[4], y[4];
-      for (int i = 0; i < 4; ++i) {
-        x[i] = t + i < n ? chunk_codes_of<B>(base + (t + i) * code_size, c, paired) : _mm256_setzero_si256();
-      }
-      interleave4(x, y);
-      uint32_t* out = vb + (static_cast<size_t>(c) * kBlockTokens / 4 + t / 4) * 32;
-      for (int k = 0; k < 4; ++k) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * k), _mm256_shuffle_epi8(table, y[k]));
-      }
-    }
-  }
+  interleaved_value_block256<B>(records, code_size, n, g, vb);
 }
 
 // R rows: per chunk two vectors of sums per row over the block's tokens, then
@@ -921,6 +951,220 @@ void prefill_accumulate_rows(const uint8_t* w8, size_t ld, const float* row_scal
   }
 }
 
+#else
+// ---- AVX2 key tiles: 3-bit groups of whole 64-coordinate halves ----
+
+// 8 rows of 8 dwords (r[i] = row i) -> their transpose, in place.
+TKV_INLINE void transpose8x8_epi32(__m256i* r) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 2; ++g) {  // b[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3
+    b[4 * g + 0] = _mm256_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 1] = _mm256_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 2] = _mm256_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+    b[4 * g + 3] = _mm256_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x20);
+    r[4 + k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x31);
+  }
+}
+
+// Eight tokens' 3-bit codes of one 64-coordinate half as table centroids, a lane a token:
+// quads[s] lane i holds token t0 + i's four centroids that int8_dots multiplies with query
+// bytes 4s .. 4s + 3 of the half (codes32<3>'s order: in each chunk the groups of eight codes
+// as 0, 2, 1, 3). Per token, two loads and a byte shuffle put its eight 3-byte groups in eight
+// dwords; an 8x8 transpose gives each group's dword for eight tokens; per group, shifts and a
+// word blend put each of its two quads' four codes in four bytes, and the table's vpshufb makes
+// them centroids: ~20 instructions per token and half, where codes32<3>, the table and a
+// transpose take ~30. Lanes of tokens from n on hold table[0].
+TKV_INLINE void centroid_quads3(const uint8_t* base, size_t code_size, size_t t0, size_t n, int h, __m256i table,
+                                __m256i* quads) {
+  // Low lane: bytes 0-15 of the 24, groups 0-3 at bytes 0, 3, 6, 9; high lane: bytes 8-23,
+  // groups 4-7 at its bytes 4, 7, 10, 13. Each group to a dword, its top byte zero.
+  const __m256i spread = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,  //
+                                          4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
+  const __m256i first = _mm256_set1_epi32(0x00070007), second = _mm256_set1_epi32(0x07000700);
+  static constexpr int kGroupAt[4] = {0, 2, 1, 3};  // a chunk's group gc: its bytes 8 kGroupAt[gc] ..
+  __m256i r[8];
+  for (size_t i = 0; i < 8; ++i) {
+    if (t0 + i >= n) {
+      r[i] = _mm256_setzero_si256();
+      continue;
+    }
+    const uint8_t* p = base + (t0 + i) * code_size + 24 * h;
+    const __m256i bytes =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)), 1);
+    r[i] = _mm256_shuffle_epi8(bytes, spread);
+  }
+  transpose8x8_epi32(r);  // r[G] lane i: group G's 24 bits of token t0 + i
+  for (int G = 0; G < 8; ++G) {
+    const __m256i x = r[G];
+    for (int a = 0; a < 2; ++a) {
+      // Quad a: codes 4a .. 4a + 3 at bits 12a + 3i; two to each 16-bit word (bits 0-2 and 3-5),
+      // then each to its own byte.
+      const __m256i w = a == 0 ? _mm256_blend_epi16(x, _mm256_slli_epi32(x, 10), 0xaa)
+                               : _mm256_blend_epi16(_mm256_srli_epi32(x, 12), _mm256_srli_epi32(x, 2), 0xaa);
+      const __m256i codes =
+          _mm256_or_si256(_mm256_and_si256(w, first), _mm256_and_si256(_mm256_slli_epi16(w, 5), second));
+      quads[8 * (G / 4) + 2 * kGroupAt[G % 4] + a] = _mm256_shuffle_epi8(table, codes);
+    }
+  }
+}
+
+// The block's key centroids (offset by 128) as kt[slot * kBlockTokens + t] dwords for the
+// tokens t < n rounded up to 8: slot s holds token t's four centroids that int8_dots multiplies
+// with query bytes 4s .. 4s + 3.
+void transposed_key_block3_256(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
+                               uint32_t* kt) {
+  const __m256i table = table16(g.table8, true);
+  for (size_t t0 = 0; t0 < n; t0 += 8) {
+    for (int h = 0; h < g.dims / 64; ++h) {
+      __m256i quads[16];
+      centroid_quads3(records + g.offset, code_size, t0, n, h, table, quads);
+      for (int s = 0; s < 16; ++s) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(kt + (16 * h + s) * kBlockTokens + t0), quads[s]);
+      }
+    }
+  }
+}
+
+// R rows against T groups of eight tokens from t0 of the transposed block: a lane is a token,
+// so a score needs no reduction; stored as int8_dots_tile stores them (store_lanes).
+template <int R, int T>
+TKV_INLINE void prefill_dots_tokens(const int8_t* q8, size_t qs, const float* row_scale, const int32_t* start,
+                                    const uint32_t* kt, int dims, size_t t0, size_t n, float* scores, size_t ld,
+                                    bool add) {
+  __m256i acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < T; ++u) acc[r][u] = _mm256_setzero_si256();
+  }
+  for (int j = 0; j < dims / 4; ++j) {
+    __m256i k[T];
+    for (int u = 0; u < T; ++u) k[u] = _mm256_load_si256(reinterpret_cast<const __m256i*>(kt + j * kBlockTokens + t0 + 8 * u));
+    for (int r = 0; r < R; ++r) {
+      int32_t q4;
+      std::memcpy(&q4, q8 + r * qs + 4 * j, sizeof q4);
+      const __m256i q = _mm256_set1_epi32(q4);
+      for (int u = 0; u < T; ++u) acc[r][u] = dot_u8s8(acc[r][u], k[u], q);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < T; ++u) {
+      const size_t first = t0 + 8 * static_cast<size_t>(u);
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(acc[r][u], _mm256_set1_epi32(start[r])));
+      store_lanes(f, std::min<size_t>(8, n - first), row_scale[r], add, scores + r * ld + first);
+    }
+  }
+}
+
+template <int R>
+void prefill_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, const uint32_t* kt, int dims, size_t n,
+                       float* scores, size_t ld, bool add) {
+  int32_t start[R];
+  for (int r = 0; r < R; ++r) {
+    int32_t sum = 0;
+    for (int j = 0; j < dims; ++j) sum += q8[r * qs + j];
+    start[r] = -128 * sum;
+  }
+  size_t t0 = 0;
+  for (; t0 + 8 < n; t0 += 16) prefill_dots_tokens<R, 2>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
+  if (t0 < n) prefill_dots_tokens<R, 1>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
+}
+
+// int8_dots for a tile's rows: 3-bit groups of whole 64-coordinate halves through the transposed
+// block (four rows' eight sums, two key registers and the broadcast query byte quad fit AVX2's
+// 16 registers); other groups take the per-token kernel, whose decode is cheap at 2 and 4 bits.
+void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
+                       size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
+  if (g.bits != 3 || g.dims % 64 != 0 || g.dims > kPrefillMaxDims || n > static_cast<size_t>(kBlockTokens)) {
+    int8_dots(q8, qs, rows, row_scale, records, code_size, n, g, scores, ld, add);
+    return;
+  }
+  alignas(32) uint32_t kt[kPrefillMaxDims / 4 * kBlockTokens];
+  transposed_key_block3_256(records, code_size, n, g, kt);
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    prefill_dots_rows<4>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add);
+  }
+  switch (rows - r) {
+    case 3: prefill_dots_rows<3>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    case 2: prefill_dots_rows<2>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    case 1: prefill_dots_rows<1>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
+    default: break;
+  }
+}
+
+// ---- AVX2 value tiles ----
+
+// interleaved_value_block256's layout; 3-bit groups of whole 64-coordinate halves from
+// centroid_quads3: y[k] of four tokens holds, in its low half, quad k of their chunk's centroid
+// bytes and in its high half quad k + 4, a 32-bit lane per coordinate and a byte per token: per
+// quad one byte shuffle (a 4x4 transpose in each 128-bit lane), per y one lane permute.
+template <int B>
+void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* vb) {
+  if (B != 3 || g.dims % 64 != 0) {
+    interleaved_value_block256<B>(records, code_size, n, g, vb);
+    return;
+  }
+  const __m256i table = table16(g.table8, false);
+  const __m256i transpose4x4 = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                                0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (size_t t0 = 0; t0 < n; t0 += 8) {
+    for (int h = 0; h < g.dims / 64; ++h) {
+      __m256i quads[16];
+      centroid_quads3(records + g.offset, code_size, t0, n, h, table, quads);
+      for (int s = 0; s < 16; ++s) quads[s] = _mm256_shuffle_epi8(quads[s], transpose4x4);
+      for (int cc = 0; cc < 2; ++cc) {
+        const size_t c = static_cast<size_t>(2 * h + cc);
+        uint32_t* out = vb + (c * kBlockTokens / 4 + t0 / 4) * 32;  // tokens t0 .. t0 + 3, then t0 + 4 ..
+        for (int k = 0; k < 4; ++k) {
+          const __m256i lo = quads[8 * cc + k], hi = quads[8 * cc + k + 4];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * k), _mm256_permute2x128_si256(lo, hi, 0x20));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 + 8 * k), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+      }
+    }
+  }
+}
+
+// R rows: per chunk four vectors of sums per row over the block's tokens (maddubs + madd, as
+// dot_u8s8: the weights are <= 127), then acc = fma(row_scale, sum, acc) as int8_accumulate_tile.
+template <int R>
+void prefill_accumulate_rows(const uint8_t* w8, size_t ld, const float* row_scale, const uint32_t* vb, int chunks,
+                             size_t n, float* acc, size_t as) {
+  const size_t quads = (n + 3) / 4;
+  for (int c = 0; c < chunks; ++c) {
+    __m256i sum[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < 4; ++k) sum[r][k] = _mm256_setzero_si256();
+    }
+    const uint32_t* v = vb + static_cast<size_t>(c) * kBlockTokens / 4 * 32;
+    for (size_t i = 0; i < quads; ++i) {
+      for (int r = 0; r < R; ++r) {
+        int32_t w4;
+        std::memcpy(&w4, w8 + r * ld + 4 * i, sizeof w4);
+        const __m256i w = _mm256_set1_epi32(w4);
+        for (int k = 0; k < 4; ++k) {
+          sum[r][k] = dot_u8s8(sum[r][k], w, _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 32 * i + 8 * k)));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_set1_ps(row_scale[r]);
+      float* a = acc + r * as + kInt8Chunk * c;
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_ps(a + 8 * k, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sum[r][k]), _mm256_loadu_ps(a + 8 * k)));
+      }
+    }
+  }
+}
+#endif
+
 template <int B>
 void prefill_int8_accumulate_bits(const uint8_t* w8, size_t ld, int rows, const float* row_scale,
                                   const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g,
@@ -928,13 +1172,17 @@ void prefill_int8_accumulate_bits(const uint8_t* w8, size_t ld, int rows, const 
   alignas(64) uint32_t vb[kPrefillMaxDims / 4 * kBlockTokens];
   interleaved_value_block<B>(records, code_size, n, g, vb);
   const int chunks = g.dims / kInt8Chunk;
-  // Twelve rows: 24 sums, two value registers and the broadcast weights.
+  // VNNI: twelve rows' 24 sums, two value registers and the broadcast weights fill the 32
+  // registers. AVX2: two rows' 8 sums (its 16 registers; the values are read from L1).
+  constexpr int kRows = TURBOKV_INT8_VNNI ? 12 : 2;
   int r = 0;
-  for (; r + 12 <= rows; r += 12) {
-    prefill_accumulate_rows<12>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
+  for (; r + kRows <= rows; r += kRows) {
+    prefill_accumulate_rows<kRows>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
   }
-  for (; r + 4 <= rows; r += 4) {
-    prefill_accumulate_rows<4>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
+  if constexpr (TURBOKV_INT8_VNNI) {
+    for (; r + 4 <= rows; r += 4) {
+      prefill_accumulate_rows<4>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
+    }
   }
   for (; r < rows; ++r) prefill_accumulate_rows<1>(w8 + r * ld, ld, row_scale + r, vb, chunks, n, acc + r * as, as);
 }
@@ -951,6 +1199,5 @@ void prefill_int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float
     default: prefill_int8_accumulate_bits<4>(w8, ld, rows, row_scale, records, code_size, n, g, acc, as); break;
   }
 }
-#endif
 
 #undef TKV_INLINE

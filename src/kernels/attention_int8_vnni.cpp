@@ -1,9 +1,9 @@
 // The integer attention kernels (attention_int8_simd.hpp) with AVX512-VNNI's vpdpbusd on 256-bit
 // registers (Ice Lake and later Xeons, Zen 4), chosen at run time. vpdpbusd multiplies unsigned
 // by signed bytes and sums four products into a 32-bit lane in one instruction, where AVX2 needs
-// maddubs + madd (+ a sign flip for keys): integer sums either way, so the same bits. 3-bit codes
-// unpack with AVX512VBMI's vpmultishiftqb (every CPU with VNNI but Cascade Lake has it; the
-// table asks for both).
+// maddubs + madd (+ a sign flip against 4-bit keys): integer sums either way, so the same bits.
+// 3-bit codes unpack with AVX512VBMI's vpmultishiftqb (every CPU with VNNI but Cascade Lake has
+// it; the table asks for both).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -42,7 +42,7 @@ namespace {
 const Int8Kernels& int8_kernels_vnni() {
   static const Int8Kernels kernels{int8_dots,  int8_accumulate,  int8_weights,  int8_vnni_order,
                                           int16_dots, int16_accumulate, int16_weights, int16_vnni_order,
-                                          kInt8WeightLevels, 0x1cu,
+                                          kInt8WeightLevels,
                                           prefill_int8_dots, prefill_int8_accumulate};
   return kernels;
 }

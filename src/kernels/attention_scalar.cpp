@@ -319,7 +319,7 @@ const KernelTable& scalar_kernel_table() {
                                  nullptr,          int8_dots,      int8_accumulate,
                                  int8_weights,     nullptr,        int16_dots,
                                  int16_accumulate, int16_weights,  nullptr,
-                                 127,              0x1cu,
+                                 127,
                                  prefill_dots_f16, prefill_dots_f32,
                                  prefill_accumulate_f16, prefill_accumulate_f32,
                                  group_decode,     int8_dots,      int8_accumulate};

@@ -2,7 +2,7 @@
 //  - each SIMD table's int8 kernels (AVX2, and VNNI where the CPU has it) give the scalar
 //    kernels' results bit for bit, at widths 2-4, group sizes 32-256, odd offsets in tight
 //    records (no byte after the codes, so an over-read shows under ASan), every row count 1-8,
-//    odd token counts, and the integer extremes (all +-127: AVX2's maddubs must not saturate);
+//    odd token counts, and the integer extremes (AVX2's maddubs must not saturate);
 //    so do their prefill kernels (prefill_int8_*), at those and at prefill tiles' row counts;
 //  - the weight rounding kernel likewise, with NaN / infinite / zero rows;
 //  - attend() in int8 stays close to the exact fused path (which tests/test_attention_turboquant
@@ -69,9 +69,10 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
     for (int dims : {32, 64, 96, 128, 256}) {
       for (size_t offset : {size_t{0}, size_t{3}}) {
         for (bool extreme : {false, true}) {
-          // Extreme: every centroid, query byte and weight at its limit (+-127; weights at the
-          // table's int8_weight_levels), so every pair of products is as large as it gets
-          // (2 * 127 * 127 in an AVX2 maddubs lane).
+          // Extreme: every centroid, query byte and weight at its limit (centroids +-127, query
+          // bytes +-int8_query_levels, weights the table's int8_weight_levels), so every pair of
+          // products is as large as it gets in an AVX2 maddubs lane (2 * 255 * 63 for offset
+          // centroids against 2- and 3-bit groups' query rows, 2 * 127 * 127 otherwise).
           int8_t table8[16];
           for (int i = 0; i < 16; ++i) table8[i] = static_cast<int8_t>(extreme ? (i % 2 ? 127 : -127) : byte(rng));
           CodeGroup g;
@@ -86,7 +87,9 @@ TEST(AttentionInt8Kernels, DotsAndAccumulateMatchScalarBitForBit) {
             for (int rows : {1, 2, 3, 4, 5, 6, 7, 8, 13, turbokv::attn::kPrefillRows}) {
               const size_t qs = dims + 5;  // an odd row stride in bytes
               std::vector<int8_t> q(rows * qs);
-              for (auto& x : q) x = static_cast<int8_t>(extreme ? ((rng() & 1) ? 127 : -127) : byte(rng));
+              const int levels = turbokv::attn::int8_query_levels(bits);
+              std::uniform_int_distribution<int> query_byte(-levels, levels);
+              for (auto& x : q) x = static_cast<int8_t>(extreme ? ((rng() & 1) ? levels : -levels) : query_byte(rng));
               std::vector<float> row_scale(rows);
               for (auto& s : row_scale) s = std::ldexp(static_cast<float>(scale_draw(rng)), -9);
               const size_t as = dims + 3;
@@ -344,13 +347,8 @@ void check_close_to_exact(const Shape& s, double tolerance, std::mt19937& rng) {
                            std::to_string(s.n_queries);
   bool have_first = false;
   const bool needs_int16 = s.key_bits == 8 || s.value_bits == 8;
-  // The widths of the cache's code groups (a half width splits into two).
-  unsigned widths = 0;
-  for (double b : {s.key_bits, s.value_bits}) widths |= 1u << static_cast<int>(std::floor(b)) | 1u << static_cast<int>(std::ceil(b));
-  widths &= 0x1cu;
   for (const KernelTable* table : all_tables()) {
     if (needs_int16 && table->int16_dots == nullptr) continue;  // 8-bit codes attend exactly there
-    if ((widths & ~table->int8_widths) != 0) continue;           // so do widths the table leaves out
     const bool simd = table != &turbokv::attn::scalar_kernel_table();
     TableGuard guard(table);
     turbokv::attend(q, s.q_heads, s.n_queries, cache, got, int8_options);
@@ -424,26 +422,6 @@ TEST(AttentionInt8, FallsBackToExactWhereItDoesNotApply) {
     turbokv::attend(q, 4, 1, cache, got, int8_options);
     for (size_t i = 0; i < q.size(); ++i) ASSERT_TRUE(same_bits(got[i], exact[i])) << "dim " << c.head_dim;
   }
-}
-
-// A table that leaves a width to the exact path (AVX2: 3 bits) gives the exact path's bits.
-TEST(AttentionInt8, WidthsATableLeavesOutAttendExactly) {
-  const KernelTable* avx2 = turbokv::attn::avx2_kernel_table();
-  if (avx2 == nullptr || (avx2->int8_widths & (1u << 3)) != 0) GTEST_SKIP() << "no AVX2 table leaving out 3 bits";
-  std::mt19937 rng(6);
-  TurboQuantCacheOptions o;
-  o.key_bits = o.value_bits = 3;
-  TurboQuantKVCache cache(2, 64, o);
-  cache.append(random_normal(2 * 60 * 64, rng), random_normal(2 * 60 * 64, rng), 60);
-  const auto q = random_normal(4 * 64, rng);
-  AttentionOptions exact_options, int8_options;
-  exact_options.arithmetic = AttentionArithmetic::exact;
-  int8_options.arithmetic = AttentionArithmetic::int8;
-  TableGuard guard(avx2);
-  std::vector<float> exact(q.size()), got(q.size());
-  turbokv::attend(q, 4, 1, cache, exact, exact_options);
-  turbokv::attend(q, 4, 1, cache, got, int8_options);
-  for (size_t i = 0; i < q.size(); ++i) ASSERT_TRUE(same_bits(got[i], exact[i]));
 }
 
 TEST(AttentionInt8, CacheOptionSelectsTheIntegerPath) {
