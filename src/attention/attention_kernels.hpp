@@ -183,7 +183,8 @@ inline constexpr int kInt8Chunk = 32;
 // unsigned bytes (offset by 128: 2 * 255 * 63 fits its 16-bit pairs) instead of taking their
 // signs out of the query row by row (attention_int8_simd.hpp); the coarser query's error is
 // small beside 2- and 3-bit codes' own (kjv KL within 2% of the exact path's), not beside 4-bit
-// codes' (tq4-plain +3.3% at 63 levels, +1.8% at 127; docs/history/benchmarks-notebook.md).
+// codes' (tq4-plain +3.3% at 63 levels, +1.8% at 127; docs/history/benchmarks-notebook.md,
+// "Issue 29: 3-bit int8 attention on the AVX2 table").
 constexpr int int8_query_levels(int bits) { return bits == 4 ? 127 : 63; }
 // Whether the integer kernels take a group of this shape.
 inline bool int8_group_supported(int bits, int dims) {

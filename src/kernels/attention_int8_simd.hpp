@@ -8,10 +8,10 @@
 // then costs one FMA lane per query row; as int8 centroids, one byte shuffle decodes 32 codes
 // and one vpdpbusd (two AVX2 multiplies and an add) multiplies and sums 32 of them. Keys: the
 // query rows are integers of int8_query_levels (a scale per row), the centroids int8 (a scale
-// per codebook). Values: the
-// softmax weights times the value norms become 7-bit integers per row and block. The sums are
-// exact integers; only the roundings differ from the float path (tests and the kjv eval measure
-// what that costs). 8-bit codes (VNNI build only, at the end) use 12-bit integers instead.
+// per codebook). Values: the softmax weights times the value norms become 7-bit integers per
+// row and block. The sums are exact integers; only the roundings differ from the float path
+// (tests and the kjv eval measure what that costs). 8-bit codes (VNNI build only, at the end)
+// use 12-bit integers instead.
 //
 // Decode: codes32<B> turns the 4B bytes of 32 B-bit codes into 32 code bytes in a fixed order
 // (at 4 bits, one 32-byte load gives 64: its low and its high nibbles), then one vpshufb turns
@@ -200,7 +200,7 @@ TKV_INLINE void token_dots(const int8_t* q8, size_t qs, const __m256i table, con
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 * c));
       chunk_dots<B, R>(q8 + kInt8Chunk * c, qs, _mm256_shuffle_epi8(table, _mm256_and_si256(x, nibble)), acc);
       chunk_dots<B, R>(q8 + kInt8Chunk * (c + 1), qs,
-                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble)), acc);
+                       _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble)), acc);
     }
   }
 #pragma GCC unroll 8
