@@ -167,6 +167,13 @@ TKV_INLINE void store_scores(__m256i (&part)[8], size_t m, int32_t start, float 
 template <int B>
 constexpr bool kOffsetKeys = TURBOKV_INT8_VNNI != 0 || int8_query_levels(B) <= 63;
 
+// Where a row's sum of products with offset centroids starts: -128 * sum(q8 row).
+TKV_INLINE int32_t offset_start(const int8_t* q8, int dims) {
+  int32_t sum = 0;
+  for (int j = 0; j < dims; ++j) sum += q8[j];
+  return -128 * sum;
+}
+
 // R query rows against n tokens, two tokens per step (independent sums to overlap).
 // kChunks > 0 fixes the chunks per token at compile time (head_dim 64, 128).
 // acc[r] += the products of one chunk of 32 decoded centroids k (offset by 128 where
@@ -218,11 +225,7 @@ void int8_dots_tile(const int8_t* q8, size_t qs, const float* row_scale, const u
   const __m256i table = table16(g.table8, kOffsetKeys<B>);
   int32_t start[R] = {};
   if constexpr (kOffsetKeys<B>) {
-    for (int r = 0; r < R; ++r) {
-      int32_t sum = 0;
-      for (int j = 0; j < g.dims; ++j) sum += q8[r * qs + j];
-      start[r] = -128 * sum;
-    }
+    for (int r = 0; r < R; ++r) start[r] = offset_start(q8 + r * qs, g.dims);
   }
   // Each token leaves one vector of partial sums per row in part[r][t % 8]; every 8 tokens
   // one reduction per row turns them into 8 scores (lane = token).
@@ -599,6 +602,28 @@ void int16_weights(const float* p, size_t ld, int rows, const float* norm, size_
 // Groups wider than kPrefillMaxDims take the 8-row kernels.
 constexpr int kPrefillMaxDims = 256;
 
+// R query rows against a block's transposed keys kt (transposed_key_block): scores as
+// int8_dots_tile stores them. Each build defines it below.
+template <int R>
+void prefill_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, const uint32_t* kt, int dims, size_t n,
+                       float* scores, size_t ld, bool add);
+
+// A tile's rows against kt: kRows at a time (as many as the build's registers hold sums for),
+// the rest (fewer than kRows) in one narrower pass.
+template <int kRows>
+void prefill_dots_tile(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint32_t* kt, int dims,
+                       size_t n, float* scores, size_t ld, bool add) {
+  int r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    prefill_dots_rows<kRows>(q8 + r * qs, qs, row_scale + r, kt, dims, n, scores + r * ld, ld, add);
+  }
+  if constexpr (kRows > 1) {
+    if (r < rows) {
+      prefill_dots_tile<kRows - 1>(q8 + r * qs, qs, rows - r, row_scale + r, kt, dims, n, scores + r * ld, ld, add);
+    }
+  }
+}
+
 // The block's value centroids in int8_accumulate_tile's layout: chunk c, tokens 4i .. 4i + 3 at
 // vb + (c * kBlockTokens / 4 + i) * 32 dwords, dword 8k + l = interleave4's y[k] lane l; one
 // chunk of 32 coordinates at a time (the VNNI build decodes two at a time where it can).
@@ -839,9 +864,7 @@ void prefill_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, cons
     }
   }
   for (int r = 0; r < R; ++r) {
-    int32_t sum = 0;
-    for (int j = 0; j < dims; ++j) sum += q8[r * qs + j];
-    const __m512i start = _mm512_set1_epi32(-128 * sum);
+    const __m512i start = _mm512_set1_epi32(offset_start(q8 + r * qs, dims));
     const __m512 scale = _mm512_set1_ps(row_scale[r]);
     for (size_t v = 0; v < 4 && 16 * v < n; ++v) {
       const size_t left = n - 16 * v;
@@ -860,18 +883,7 @@ void prefill_int8_dots_bits(const int8_t* q8, size_t qs, int rows, const float* 
   alignas(64) uint32_t kt[kPrefillMaxDims / 4 * kBlockTokens];
   transposed_key_block<B>(records, code_size, n, g, kt);
   // Six rows: 24 sums, 4 key registers and the broadcast query fill 29 of the 32 registers.
-  int r = 0;
-  for (; r + 6 <= rows; r += 6) {
-    prefill_dots_rows<6>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add);
-  }
-  switch (rows - r) {
-    case 5: prefill_dots_rows<5>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    case 4: prefill_dots_rows<4>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    case 3: prefill_dots_rows<3>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    case 2: prefill_dots_rows<2>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    case 1: prefill_dots_rows<1>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    default: break;
-  }
+  prefill_dots_tile<6>(q8, qs, rows, row_scale, kt, g.dims, n, scores, ld, add);
 }
 
 void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
@@ -1066,11 +1078,7 @@ template <int R>
 void prefill_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, const uint32_t* kt, int dims, size_t n,
                        float* scores, size_t ld, bool add) {
   int32_t start[R];
-  for (int r = 0; r < R; ++r) {
-    int32_t sum = 0;
-    for (int j = 0; j < dims; ++j) sum += q8[r * qs + j];
-    start[r] = -128 * sum;
-  }
+  for (int r = 0; r < R; ++r) start[r] = offset_start(q8 + r * qs, dims);
   size_t t0 = 0;
   for (; t0 + 8 < n; t0 += 16) prefill_dots_tokens<R, 2>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
   if (t0 < n) prefill_dots_tokens<R, 1>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
@@ -1087,16 +1095,7 @@ void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_s
   }
   alignas(32) uint32_t kt[kPrefillMaxDims / 4 * kBlockTokens];
   transposed_key_block3_256(records, code_size, n, g, kt);
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    prefill_dots_rows<4>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add);
-  }
-  switch (rows - r) {
-    case 3: prefill_dots_rows<3>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    case 2: prefill_dots_rows<2>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    case 1: prefill_dots_rows<1>(q8 + r * qs, qs, row_scale + r, kt, g.dims, n, scores + r * ld, ld, add); break;
-    default: break;
-  }
+  prefill_dots_tile<4>(q8, qs, rows, row_scale, kt, g.dims, n, scores, ld, add);
 }
 
 // ---- AVX2 value tiles ----
