@@ -152,6 +152,25 @@ TEST(ServeBenchClient, DecodeRateCountsTheTimeAnyStreamDecodesOnce) {
   EXPECT_LT(r["decode_tokens_per_s"].get<double>(), 25.0);
 }
 
+// A queued request gets no byte until a slot frees (llama-server with fewer slots than clients):
+// --read-timeout sets how long that may last before the request counts as failed. The fake's
+// 250 ms stall outlasts 0.1 s; the default (600 s) waits it out, as the tests above show.
+TEST(ServeBenchClient, ReadTimeoutFailsARequestThatWaitsLongerForItsNextByte) {
+  require_tool();
+  FakeLlamaServer fake(true);
+  const auto [out, status] = run("serve-bench --url " + fake.url() +
+                                 " --concurrency 2 --requests 2 --max-tokens 10 --read-timeout 0.1 --json");
+  ASSERT_EQ(status, 0) << out;
+  const json r = level_of(out);
+  ASSERT_FALSE(r.empty()) << out;
+  EXPECT_EQ(r["failed"], 2) << out;
+  const auto [longer, longer_status] = run("serve-bench --url " + fake.url() +
+                                           " --concurrency 2 --requests 2 --max-tokens 10 --read-timeout 1 --json");
+  ASSERT_EQ(longer_status, 0) << longer;
+  EXPECT_EQ(level_of(longer)["failed"], 0) << longer;
+  EXPECT_EQ(level_of(longer)["generated_tokens"], 20);
+}
+
 TEST(ServeBenchClient, AVocabularyItCannotLearnIsAClearErrorUnlessGiven) {
   require_tool();
   FakeLlamaServer fake(false);

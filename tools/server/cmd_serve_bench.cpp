@@ -63,6 +63,7 @@ struct BenchArgs {
   int threads = 0;
   int vocab = 0;             // token ids of the prompts are below it (0: what /v1/models reports)
   double arrive_every = 0;   // > 0: requests past the first `concurrency` arrive this many seconds apart
+  double read_timeout = 600;  // a request fails when nothing arrives for this long (a queued one too)
   std::string extra;  // more `serve` arguments
   bool json_out = false;
 };
@@ -239,9 +240,10 @@ struct StreamResult {
   uint64_t tokens = 0;
 };
 
-StreamResult stream_completion(const std::string& url, const json& body, const std::function<void()>& on_first) {
+StreamResult stream_completion(const std::string& url, const json& body, double read_timeout,
+                               const std::function<void()>& on_first) {
   httplib::Client cli(url);
-  cli.set_read_timeout(600, 0);
+  cli.set_read_timeout(std::chrono::duration<double>(read_timeout));
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -347,7 +349,7 @@ LevelResult run_level(const std::string& url, const BenchArgs& a, int concurrenc
     const bool initial = i < concurrency;
     const double sent = std::chrono::duration<double>(Clock::now() - t0).count();
     const StreamResult s = stream_completion(url, completion_body(a, vocab, seed + static_cast<uint64_t>(i) * 7919),
-                                             [&] { first_tokens += initial ? 1 : 0; });
+                                             a.read_timeout, [&] { first_tokens += initial ? 1 : 0; });
     if (!s.ok) {
       ++failed;
       first_tokens += initial && s.arrivals.empty() ? 1 : 0;  // never had a first token: do not wait for it
@@ -508,6 +510,9 @@ const CommandRegistration registration{"serve-bench", [](CLI::App& app) {
   app.add_option("--arrive-every", a->arrive_every, "seconds between arrivals: the first --concurrency requests start "
                  "together, the others one by one once those stream (0: each client sends its next when one ends)")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--read-timeout", a->read_timeout, "seconds a request may wait for its next byte before it counts as "
+                 "failed (a server with fewer slots than clients keeps the rest queued without a byte)")
+      ->capture_default_str()->check(CLI::Range(0.01, 86400.0));
   app.add_option("--server-args", a->extra, "more arguments for the servers it starts (space-separated)");
   app.add_flag("--json", a->json_out, "print one JSON object");
   return [a] { return run_bench(*a); };

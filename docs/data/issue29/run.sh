@@ -10,6 +10,9 @@
 #   8x4k: 4,224 tokens a slot: f16 2 slots (-c 8448), q8_0 3 (-c 12672)
 #   16x2k: 2,176 tokens a slot: f16 3 slots (-c 6528), q8_0 7 (-c 15232)
 # Writes NAME.json (serve-bench --json) next to this script; MODEL, LLAMA_SERVER, TURBOKV, PORT override;
+# --read-timeout 3600: with fewer slots than clients llama-server sends a queued request no byte
+# until a slot frees, which took over serve-bench's default 600 s for q8_0's third slot (runs
+# before 2026-12-07 used 600 s and counted those requests as failed).
 # LLAMA_FA is llama-server's flash-attention flag (default "-fa on"; builds before mid-2025 take a bare "-fa").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,4 +40,4 @@ esac
 start_server $port "/tmp/issue29-$name.server.log" "${command[@]}"
 record_run "$here/runs.txt" "$here/$name.json" "$name: $server $workload $*" \
   "$turbokv" serve-bench --url "http://127.0.0.1:$port" --prompt-tokens $prompt --max-tokens 128 \
-  --concurrency $clients --requests $clients --json
+  --concurrency $clients --requests $clients --read-timeout 3600 --json
