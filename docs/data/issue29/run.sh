@@ -9,7 +9,7 @@
 # 1B shape, 16 layers x K,V x 8 heads x 64 x 2 bytes; q8_0: 17 KiB, 34 bytes per 32 values):
 #   8x4k: 4,224 tokens a slot: f16 2 slots (-c 8448), q8_0 3 (-c 12672)
 #   16x2k: 2,176 tokens a slot: f16 3 slots (-c 6528), q8_0 7 (-c 15232)
-# Writes NAME.json (serve-bench --json) next to this script; MODEL, LLAMA_SERVER, TURBOKV, PORT override;
+# Writes NAME.json (serve-bench --json) next to this script (NAME may name a folder there); MODEL, LLAMA_SERVER, TURBOKV, PORT override;
 # --read-timeout 3600: with fewer slots than clients llama-server sends a queued request no byte
 # until a slot frees, which took over serve-bench's default 600 s for q8_0's third slot (runs
 # before 2026-12-07 used 600 s and counted those requests as failed).
@@ -37,7 +37,7 @@ case $server in
   llama-q8_0) command=("$llama" -m "$model" -c $((q8 * slot)) -np $q8 "${fa[@]}" -ctk q8_0 -ctv q8_0 -t 2 --port $port "$@") ;;
   *) echo "unknown server $server"; exit 2 ;;
 esac
-start_server $port "/tmp/issue29-$name.server.log" "${command[@]}"
+start_server $port "/tmp/issue29-${name//\//-}.server.log" "${command[@]}"
 record_run "$here/runs.txt" "$here/$name.json" "$name: $server $workload $*" \
   "$turbokv" serve-bench --url "http://127.0.0.1:$port" --prompt-tokens $prompt --max-tokens 128 \
   --concurrency $clients --requests $clients --read-timeout 3600 --json
