@@ -1,5 +1,6 @@
 #include "random_gguf.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -59,13 +60,16 @@ void add_bpe_vocab(GgufWriter& w, const std::string& pre, bool with_bos, int voc
   w.set_uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokens.size() - 1));
 }
 
-RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, uint32_t seed) {
+GgufWriter random_gguf_writer(const RandomGgufShape& s, uint32_t seed,
+                              std::map<std::string, std::vector<float>>* values) {
   GgufWriter w;
   const std::string a = s.arch + ".";
   w.set_string("general.architecture", s.arch);
   w.set_uint32(a + "context_length", static_cast<uint32_t>(s.context));
   w.set_uint32(a + "embedding_length", static_cast<uint32_t>(s.dim));
-  w.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden));
+  // qwen3moe's feed_forward_length: a dense width the experts do not use (Qwen3-30B-A3B: 6144,
+  // its experts 768).
+  w.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.arch == "qwen3moe" ? 3 * s.hidden : s.hidden));
   w.set_uint32(a + "block_count", static_cast<uint32_t>(s.layers));
   w.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.heads));
   w.set_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
@@ -92,12 +96,11 @@ RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, 
   if (s.arch == "qwen3moe") {  // llama.cpp's keys; each expert's FFN has `hidden` rows
     w.set_uint32(a + "expert_count", static_cast<uint32_t>(s.experts));
     w.set_uint32(a + "expert_used_count", static_cast<uint32_t>(s.experts_used));
-    w.set_uint32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.hidden));
+    if (s.expert_width_key) w.set_uint32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.hidden));
   }
   add_bpe_vocab(w, s.arch == "llama" ? "llama-bpe" : "qwen2", s.arch == "llama", s.vocab, s.user_tokens);
   if (!s.chat_template.empty()) w.set_string("tokenizer.chat_template", s.chat_template);
 
-  RandomGguf out;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // `experts` > 1: a 3-D tensor of that many matrices of rows x cols (llama.cpp's *_exps);
@@ -114,8 +117,9 @@ RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, 
     }
     std::vector<int64_t> shape = matrix ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{cols};
     if (experts > 1) shape = {cols, rows_each, experts};
+    if (std::find(s.left_out.begin(), s.left_out.end(), tname) != s.left_out.end()) return;
     w.add_tensor(tname, type, shape, std::move(bytes));
-    if (s.keep_values) out.values[tname] = std::move(v);
+    if (s.keep_values && values != nullptr) (*values)[tname] = std::move(v);
   };
   const int q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
   const float ws = 1.0f / std::sqrt(static_cast<float>(s.dim));
@@ -127,7 +131,7 @@ RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, 
     std::vector<uint8_t> bytes(factors.size() * 4);
     std::memcpy(bytes.data(), factors.data(), bytes.size());
     w.add_tensor("rope_freqs.weight", GgmlType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
-    out.values["rope_freqs.weight"] = factors;
+    if (values != nullptr) (*values)["rope_freqs.weight"] = factors;
   }
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -173,8 +177,13 @@ RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, 
     }
     tensor(b + "ffn_down.weight", s.dim, s.hidden, 0.0f, 1.0f / std::sqrt(static_cast<float>(s.hidden)), true);
   }
+  return w;
+}
+
+RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, uint32_t seed) {
+  RandomGguf out;
+  random_gguf_writer(s, seed, &out.values).write(path);
   out.path = path;
-  w.write(out.path);
   return out;
 }
 

@@ -1,8 +1,8 @@
 // Random-weight GGUF files of every architecture the engine runs, written with llama.cpp's names,
 // shapes and metadata keys (GgufWriter), with a small byte-level BPE vocabulary: the one writer of
-// such files for the tests (tests/cli/test_generate_gguf.cpp) and, through the `random_gguf`
-// helper (random_gguf_main.cpp), for the end-to-end tests that serve each family
-// (tests/e2e/family_serving.test.mjs).
+// such files for the tests (tests/cli/test_generate_gguf.cpp, tests/engine/test_moe.cpp) and,
+// through the `random_gguf` helper (random_gguf_main.cpp), for the end-to-end tests that serve
+// each family (tests/e2e/family_serving.test.mjs).
 #pragma once
 
 #include <cstdint>
@@ -28,10 +28,14 @@ struct RandomGgufShape {
   int window = 0;           // > 0: attention.sliding_window (Gemma, Mistral, Phi-3)
   int context = 512;
   int experts = 4, experts_used = 2;  // qwen3moe: experts of `hidden` rows each
+  // qwen3moe: write expert_feed_forward_length (without it llama.cpp takes feed_forward_length /
+  // expert_used_count; feed_forward_length is otherwise a dense width the experts do not use).
+  bool expert_width_key = true;
   std::string chat_template = {};     // tokenizer.chat_template, when not empty
   // User-defined tokens (matched whole in text, decoded as written), in the vocabulary after the
   // merges: a test can make the model emit a whole string with one forced token.
   std::vector<std::string> user_tokens = {};
+  std::vector<std::string> left_out = {};  // tensors not written: a file that lacks them
 };
 
 struct RandomGguf {
@@ -46,7 +50,13 @@ bool is_gemma(const std::string& arch);
 void add_bpe_vocab(engine::GgufWriter& w, const std::string& pre, bool with_bos, int vocab,
                    const std::vector<std::string>& user_tokens = {});
 
-// Writes the file to `path`; weights N(0, 1/fan-in) from `seed`, norms near 1.
+// The file's metadata and tensors, to change before writing (tests of bad files); weights
+// N(0, 1/fan-in) from `seed`, norms near 1. `values` (when given and s.keep_values) receives
+// each tensor's source floats.
+engine::GgufWriter random_gguf_writer(const RandomGgufShape& s, uint32_t seed,
+                                      std::map<std::string, std::vector<float>>* values = nullptr);
+
+// random_gguf_writer's file, written to `path`.
 RandomGguf write_random_gguf(const RandomGgufShape& s, const std::string& path, uint32_t seed);
 
 // The small served shape of each architecture (head_dim 16-32, 2 layers; gemma3 6 layers of

@@ -22,11 +22,14 @@
 #include "engine/runtime/forward.hpp"
 #include "engine/runtime/moe.hpp"
 #include "forward_reference.hpp"
+#include "random_gguf.hpp"
 #include "test_util.hpp"
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 
 using turbokv::test::max_relative_error;
+using turbokv::test::random_gguf_writer;
+using turbokv::test::RandomGgufShape;
 using turbokv::test::random_normal;
 using turbokv::test::same_bits;
 using turbokv::test::temp_path;
@@ -34,71 +37,26 @@ using turbokv::test::temp_path;
 namespace turbokv::engine {
 namespace {
 
-struct MoeShape {
-  int dim = 64, experts = 6, used = 2, expert_ff = 32, layers = 2, heads = 4, kv_heads = 2, head_dim = 16,
-      vocab = 97;
-  bool expert_ff_key = true;  // write expert_feed_forward_length
-};
+// The small qwen3moe of these tests: 6 experts of 32 rows, 2 of them used, 2 layers of 4 query and
+// 2 kv heads x 16, written by the tests' one writer of random GGUFs (random_gguf.hpp) with
+// llama.cpp's names and shapes: blk.N.ffn_gate_inp [dim, E] (F32, as llama.cpp keeps it),
+// ffn_gate_exps / ffn_up_exps [dim, ff, E], ffn_down_exps [ff, dim, E].
+RandomGgufShape moe_shape() {
+  RandomGgufShape s{"qwen3moe", 64, 32, 2, 4, 2, 16, false, false, GgmlType::F32};
+  s.experts = 6;
+  s.experts_used = 2;
+  s.context = 256;
+  s.keep_values = false;
+  return s;
+}
 
-// A qwen3moe GGUF as llama.cpp's converter writes one: metadata under "qwen3moe.", tensors
-// blk.N.ffn_gate_inp [dim, E], ffn_gate_exps / ffn_up_exps [dim, ff, E], ffn_down_exps [ff, dim, E].
-// Matrices in `type` (norms in F32, as llama.cpp keeps them); `skip` names tensors left out.
-GgufWriter moe_writer(const MoeShape& s, GgmlType type, uint32_t seed, const std::set<std::string>& skip = {}) {
-  GgufWriter w;
-  const std::string p = "qwen3moe.";
-  w.set_string("general.architecture", "qwen3moe");
-  w.set_uint32(p + "embedding_length", static_cast<uint32_t>(s.dim));
-  w.set_uint32(p + "feed_forward_length", static_cast<uint32_t>(s.expert_ff * 3));  // the dense width, unused
-  if (s.expert_ff_key) w.set_uint32(p + "expert_feed_forward_length", static_cast<uint32_t>(s.expert_ff));
-  w.set_uint32(p + "expert_count", static_cast<uint32_t>(s.experts));
-  w.set_uint32(p + "expert_used_count", static_cast<uint32_t>(s.used));
-  w.set_uint32(p + "block_count", static_cast<uint32_t>(s.layers));
-  w.set_uint32(p + "attention.head_count", static_cast<uint32_t>(s.heads));
-  w.set_uint32(p + "attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
-  w.set_uint32(p + "attention.key_length", static_cast<uint32_t>(s.head_dim));
-  w.set_uint32(p + "attention.value_length", static_cast<uint32_t>(s.head_dim));
-  w.set_uint32(p + "context_length", 256);
-  w.set_float32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
-  w.set_float32(p + "rope.freq_base", 1e6f);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto add = [&](const std::string& name, GgmlType t, std::vector<int64_t> shape, float mean, float spread) {
-    const int64_t cols = shape[0];
-    int64_t rows = 1;
-    for (size_t i = 1; i < shape.size(); ++i) rows *= shape[i];
-    std::vector<float> row(static_cast<size_t>(cols));
-    const size_t rb = row_bytes(t, cols);
-    std::vector<uint8_t> bytes(rb * static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (float& x : row) x = mean + spread * normal(rng);
-      quantize_row(t, row.data(), cols, bytes.data() + static_cast<size_t>(r) * rb);
-    }
-    if (skip.count(name) == 0) w.add_tensor(name, t, shape, std::move(bytes));
-  };
-  const int64_t dim = s.dim, q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim, ff = s.expert_ff,
-                e = s.experts;
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  add("token_embd.weight", type, {dim, s.vocab}, 0.0f, 1.0f);
-  add("output_norm.weight", GgmlType::F32, {dim}, 1.0f, 0.1f);
-  add("output.weight", type, {dim, s.vocab}, 0.0f, in_scale);
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    add(b + "attn_norm.weight", GgmlType::F32, {dim}, 1.0f, 0.1f);
-    add(b + "attn_q.weight", type, {dim, q_dim}, 0.0f, in_scale);
-    add(b + "attn_k.weight", type, {dim, kv_dim}, 0.0f, in_scale);
-    add(b + "attn_v.weight", type, {dim, kv_dim}, 0.0f, in_scale);
-    add(b + "attn_output.weight", type, {q_dim, dim}, 0.0f, 1.0f / std::sqrt(static_cast<float>(q_dim)));
-    add(b + "attn_q_norm.weight", GgmlType::F32, {s.head_dim}, 1.0f, 0.2f);
-    add(b + "attn_k_norm.weight", GgmlType::F32, {s.head_dim}, 1.0f, 0.2f);
-    add(b + "ffn_norm.weight", GgmlType::F32, {dim}, 1.0f, 0.1f);
-    // A wide router (spread 4x the fan-in scale) keeps the top logits apart, so float rounding
-    // cannot flip the oracle's choice of experts.
-    add(b + "ffn_gate_inp.weight", GgmlType::F32, {dim, e}, 0.0f, 4.0f * in_scale);
-    add(b + "ffn_gate_exps.weight", type, {dim, ff, e}, 0.0f, in_scale);
-    add(b + "ffn_up_exps.weight", type, {dim, ff, e}, 0.0f, in_scale);
-    add(b + "ffn_down_exps.weight", type, {ff, dim, e}, 0.0f, 1.0f / std::sqrt(static_cast<float>(ff)));
-  }
-  return w;
+// Its file in weights of `type`, without the tensors `left_out`.
+GgufWriter moe_writer(const RandomGgufShape& shape, GgmlType type, uint32_t seed,
+                      std::vector<std::string> left_out = {}) {
+  RandomGgufShape s = shape;
+  s.type = type;
+  s.left_out = std::move(left_out);
+  return random_gguf_writer(s, seed);
 }
 
 std::string write_moe(const std::string& name, const GgufWriter& w) {
@@ -114,7 +72,7 @@ std::vector<int> some_tokens(int n, int vocab) {
 }
 
 TEST(Qwen3Moe, LoadsLlamaCppsNamesAndShapes) {
-  const MoeShape s;
+  const RandomGgufShape s = moe_shape();
   const Model m = load_gguf(write_moe("moe_load.gguf", moe_writer(s, GgmlType::Q8_0, 1)));
   const ModelConfig& c = m.config;
   EXPECT_EQ(c.arch, "qwen3moe");
@@ -142,10 +100,10 @@ TEST(Qwen3Moe, LoadsLlamaCppsNamesAndShapes) {
 
 // Without expert_feed_forward_length llama.cpp takes feed_forward_length / expert_used_count.
 TEST(Qwen3Moe, ExpertWidthFallsBackAsLlamaCpp) {
-  MoeShape s;
-  s.expert_ff_key = false;
+  RandomGgufShape s = moe_shape();
+  s.expert_width_key = false;
   GgufWriter w = moe_writer(s, GgmlType::F32, 2);
-  w.set_uint32("qwen3moe.feed_forward_length", static_cast<uint32_t>(s.expert_ff * s.used));
+  w.set_uint32("qwen3moe.feed_forward_length", static_cast<uint32_t>(s.hidden * s.experts_used));
   EXPECT_EQ(load_gguf(write_moe("moe_fallback.gguf", w)).config.hidden_dim, 32);
   w.set_uint32("qwen3moe.feed_forward_length", 65);
   try {
@@ -159,8 +117,8 @@ TEST(Qwen3Moe, ExpertWidthFallsBackAsLlamaCpp) {
 TEST(Qwen3Moe, LogitsMatchTheFloat64Oracle) {
   for (const int used : {2, 1, 6}) {  // k = 1 and k = every expert too
     SCOPED_TRACE(used);
-    MoeShape s;
-    s.used = used;
+    RandomGgufShape s = moe_shape();
+    s.experts_used = used;
     const Model m = load_gguf(write_moe("moe_oracle.gguf", moe_writer(s, GgmlType::F32, 3 + used)));
     for (const int chunk : {1, 4, 64}) {
       EXPECT_LT(max_relative_error(m, some_tokens(19, s.vocab), chunk, 2), 2e-5) << chunk;
@@ -209,9 +167,9 @@ TEST(Qwen3Moe, RoutingPicksTheLargestLowerIndexFirst) {
 // Row by row (the server's products), a row's expert mixture has the same bits alone as among
 // any other rows, although the step groups rows by expert and multiplies each group at once.
 TEST(Qwen3Moe, ExpertStepIsBatchInvariant) {
-  MoeShape s;
+  RandomGgufShape s = moe_shape();
   s.experts = 8;
-  s.used = 3;
+  s.experts_used = 3;
   for (const GgmlType type : {GgmlType::Q8_0, GgmlType::F32}) {
     SCOPED_TRACE(type_name(type));
     const Model m = load_gguf(write_moe("moe_invariance.gguf", moe_writer(s, type, 7)));
@@ -255,9 +213,9 @@ TEST(Qwen3Moe, ExpertStepIsBatchInvariant) {
 // The whole decoder through BatchForward: a sequence's logits have the same bits whether it runs
 // alone or shares its steps with others (prefill and decode rows mixed).
 TEST(Qwen3Moe, BatchForwardOutputDoesNotDependOnTheBatch) {
-  MoeShape s;
+  RandomGgufShape s = moe_shape();
   s.experts = 8;
-  s.used = 2;
+  s.experts_used = 2;
   const Model m = load_gguf(write_moe("moe_batch.gguf", moe_writer(s, GgmlType::Q8_0, 9)));
   ThreadPool pool(2);
   BatchForward forward(m, pool);
@@ -306,7 +264,7 @@ void expect_load_error(const std::string& name, const GgufWriter& w, const std::
 }
 
 TEST(Qwen3Moe, BadMetadataAndMissingTensorsAreNamed) {
-  const MoeShape s;
+  const RandomGgufShape s = moe_shape();
   GgufWriter too_many = moe_writer(s, GgmlType::F32, 4);
   too_many.set_uint32("qwen3moe.expert_used_count", 7);  // of 6
   expect_load_error("moe_k.gguf", too_many, "expert_used_count = 7 outside [1, 6]");

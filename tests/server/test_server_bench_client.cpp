@@ -112,14 +112,23 @@ json level_of(const std::string& out) {
   return j["results"][0];
 }
 
+// serve-bench --json against `fake` with `args`: the first level's results, or an empty object
+// when the tool failed or reported none (the failure recorded). `printed` receives its output.
+json bench_level(const FakeLlamaServer& fake, const std::string& args, std::string* printed = nullptr) {
+  const auto [out, status] = run("serve-bench --url " + fake.url() + " " + args + " --json");
+  if (printed != nullptr) *printed = out;
+  EXPECT_EQ(status, 0) << out;
+  const json r = level_of(out);
+  EXPECT_FALSE(r.empty()) << out;
+  return r;
+}
+
 TEST(ServeBenchClient, MeasuresAStreamFromALlamaServerLikeServer) {
   require_tool();
   FakeLlamaServer fake(true);
-  const auto [out, status] = run("serve-bench --url " + fake.url() +
-                                 " --concurrency 2 --requests 2 --prompt-tokens 64 --max-tokens 10 --json");
-  ASSERT_EQ(status, 0) << out;
-  const json r = level_of(out);
-  ASSERT_FALSE(r.empty()) << out;
+  std::string out;
+  const json r = bench_level(fake, "--concurrency 2 --requests 2 --prompt-tokens 64 --max-tokens 10", &out);
+  ASSERT_FALSE(r.empty());
   EXPECT_EQ(r["failed"], 0);
   EXPECT_EQ(r["generated_tokens"], 20) << "counted from the text pieces: the server sent no usage";
   EXPECT_NEAR(r["itl_p50_s"].get<double>(), 0.020, 0.015);
@@ -142,11 +151,8 @@ TEST(ServeBenchClient, DecodeRateCountsTheTimeAnyStreamDecodesOnce) {
   require_tool();
   FakeLlamaServer fake(true);
   // One client, two requests one after the other: one stream at a time, ~22 tokens/s.
-  const auto [out, status] = run("serve-bench --url " + fake.url() +
-                                 " --concurrency 1 --requests 2 --prompt-tokens 64 --max-tokens 10 --json");
-  ASSERT_EQ(status, 0) << out;
-  const json r = level_of(out);
-  ASSERT_FALSE(r.empty()) << out;
+  const json r = bench_level(fake, "--concurrency 1 --requests 2 --prompt-tokens 64 --max-tokens 10");
+  ASSERT_FALSE(r.empty());
   EXPECT_EQ(r["peak_streaming"], 1);
   EXPECT_GT(r["decode_tokens_per_s"].get<double>(), 15.0);
   EXPECT_LT(r["decode_tokens_per_s"].get<double>(), 25.0);
@@ -158,17 +164,10 @@ TEST(ServeBenchClient, DecodeRateCountsTheTimeAnyStreamDecodesOnce) {
 TEST(ServeBenchClient, ReadTimeoutFailsARequestThatWaitsLongerForItsNextByte) {
   require_tool();
   FakeLlamaServer fake(true);
-  const auto [out, status] = run("serve-bench --url " + fake.url() +
-                                 " --concurrency 2 --requests 2 --max-tokens 10 --read-timeout 0.1 --json");
-  ASSERT_EQ(status, 0) << out;
-  const json r = level_of(out);
-  ASSERT_FALSE(r.empty()) << out;
-  EXPECT_EQ(r["failed"], 2) << out;
-  const auto [longer, longer_status] = run("serve-bench --url " + fake.url() +
-                                           " --concurrency 2 --requests 2 --max-tokens 10 --read-timeout 1 --json");
-  ASSERT_EQ(longer_status, 0) << longer;
-  EXPECT_EQ(level_of(longer)["failed"], 0) << longer;
-  EXPECT_EQ(level_of(longer)["generated_tokens"], 20);
+  EXPECT_EQ(bench_level(fake, "--concurrency 2 --requests 2 --max-tokens 10 --read-timeout 0.1")["failed"], 2);
+  const json longer = bench_level(fake, "--concurrency 2 --requests 2 --max-tokens 10 --read-timeout 1");
+  EXPECT_EQ(longer["failed"], 0);
+  EXPECT_EQ(longer["generated_tokens"], 20);
 }
 
 TEST(ServeBenchClient, AVocabularyItCannotLearnIsAClearErrorUnlessGiven) {
@@ -177,20 +176,15 @@ TEST(ServeBenchClient, AVocabularyItCannotLearnIsAClearErrorUnlessGiven) {
   const auto [out, status] = run("serve-bench --url " + fake.url() + " --concurrency 1 --requests 1 --json");
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("--vocab"), std::string::npos) << out;
-  const auto [given, given_status] = run("serve-bench --url " + fake.url() +
-                                         " --vocab 500 --concurrency 1 --requests 1 --max-tokens 6 --json");
-  ASSERT_EQ(given_status, 0) << given;
-  EXPECT_EQ(level_of(given)["generated_tokens"], 6);
+  EXPECT_EQ(bench_level(fake, "--vocab 500 --concurrency 1 --requests 1 --max-tokens 6")["generated_tokens"], 6);
   EXPECT_LT(fake.largest_id(), 500);
 }
 
 TEST(ServeBenchClient, ArrivalsComeOneByOneOnceTheFirstStreamsRun) {
   require_tool();
   FakeLlamaServer fake(true);
-  const auto [out, status] = run("serve-bench --url " + fake.url() +
-                                 " --concurrency 2 --requests 4 --arrive-every 0.3 --max-tokens 10 --json");
-  ASSERT_EQ(status, 0) << out;
-  EXPECT_EQ(level_of(out)["generated_tokens"], 40);
+  const json r = bench_level(fake, "--concurrency 2 --requests 4 --arrive-every 0.3 --max-tokens 10");
+  EXPECT_EQ(r["generated_tokens"], 40);
   const auto at = fake.arrivals();
   ASSERT_EQ(at.size(), 4u);
   EXPECT_LT(at[1] - at[0], 0.1) << "the first two start together";
