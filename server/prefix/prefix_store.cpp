@@ -36,6 +36,19 @@ void MemoryPrefixStore::put(std::string key, std::string value) {
   values_[std::move(key)] = std::move(value);
 }
 
+void MemoryPrefixStore::put_superseding(std::string key, std::string value, std::vector<std::string> shorter) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!down) supersessions_[key] = std::move(shorter);
+  }
+  put(std::move(key), std::move(value));
+}
+
+std::map<std::string, std::vector<std::string>> MemoryPrefixStore::supersessions() const {
+  std::lock_guard lock(mutex_);
+  return supersessions_;
+}
+
 StoreCounters MemoryPrefixStore::counters() const {
   std::lock_guard lock(mutex_);
   return counters_;

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "turbokv/error.hpp"
@@ -51,6 +52,14 @@ class PrefixStore {
   // The value, or nullopt when the key is gone (e.g. evicted since exists()).
   virtual std::optional<std::string> get(const std::string& key) = 0;
   virtual void put(std::string key, std::string value) = 0;
+  // put() of a value that holds the prefixes stored under `shorter` (a conversation's next turn
+  // holds its earlier turns): a store that evicts for room (disk) evicts those first from this
+  // value's write on, so an idle conversation's newest turn outlasts the older turns of the
+  // conversations still going. A shorter prefix read again (a regenerated answer, a system prompt
+  // many conversations share) is most recently used again. Redis keeps its own LRU and TTL.
+  virtual void put_superseding(std::string key, std::string value, std::vector<std::string> /*shorter*/) {
+    put(std::move(key), std::move(value));
+  }
   // The value under `key` was refused by its reader (damaged, another model's): a store that
   // keeps values until evicted (disk) drops it, so it is neither refused again nor kept from
   // being replaced. Redis values expire on their own and are overwritten by the next offer.
@@ -67,6 +76,7 @@ class MemoryPrefixStore : public PrefixStore {
   std::vector<bool> exists(const std::vector<std::string>& keys) override;
   std::optional<std::string> get(const std::string& key) override;
   void put(std::string key, std::string value) override;
+  void put_superseding(std::string key, std::string value, std::vector<std::string> shorter) override;
   void flush(int) override {}
   StoreCounters counters() const override;
   std::string describe() const override { return "memory"; }
@@ -78,10 +88,13 @@ class MemoryPrefixStore : public PrefixStore {
   // Direct access for tests that damage values.
   std::map<std::string, std::string> snapshot() const;
   void overwrite(const std::string& key, std::string value);
+  // Per key put with put_superseding: the shorter keys it named.
+  std::map<std::string, std::vector<std::string>> supersessions() const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> supersessions_;
   StoreCounters counters_;
 };
 

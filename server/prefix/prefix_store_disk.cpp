@@ -207,21 +207,52 @@ std::optional<std::string> DiskPrefixStore::get(const std::string& key) {
   return value;
 }
 
+bool DiskPrefixStore::enqueue(std::string& key, std::string& value) {
+  if (key.empty() || key.size() > kMaxKeyBytes || value.size() > options_.budget_bytes) {
+    ++counters_.writes_failed_total;  // can never fit
+    return false;
+  }
+  if (queued_bytes_ + value.size() > options_.max_queued_bytes) {
+    ++counters_.writes_dropped_total;
+    return false;
+  }
+  queued_bytes_ += value.size();
+  queue_.emplace_back(std::move(key), std::move(value));
+  return true;
+}
+
 void DiskPrefixStore::put(std::string key, std::string value) {
   {
     std::lock_guard lock(mutex_);
-    if (key.empty() || key.size() > kMaxKeyBytes || value.size() > options_.budget_bytes) {
-      ++counters_.writes_failed_total;  // can never fit
-      return;
-    }
-    if (queued_bytes_ + value.size() > options_.max_queued_bytes) {
-      ++counters_.writes_dropped_total;
-      return;
-    }
-    queued_bytes_ += value.size();
-    queue_.emplace_back(std::move(key), std::move(value));
+    if (!enqueue(key, value)) return;
   }
   wake_.notify_all();
+}
+
+void DiskPrefixStore::put_superseding(std::string key, std::string value, std::vector<std::string> shorter) {
+  {
+    std::lock_guard lock(mutex_);
+    const std::string k = key;
+    if (!enqueue(key, value)) return;
+    if (shorter.empty()) {
+      supersedes_.erase(k);
+    } else {
+      supersedes_[k] = std::move(shorter);
+    }
+  }
+  wake_.notify_all();
+}
+
+void DiskPrefixStore::demote(const std::string& key) {
+  const auto it = index_.find(key);
+  if (it == index_.end()) return;
+  // Below the least recently used (stamps never go under 0: demoted keys then tie, ordered by
+  // key, and still go before every other). Persisted with the next batch, as get()'s touches.
+  const uint64_t front = lru_.begin()->first;
+  lru_.erase({it->second.stamp, key});
+  it->second.stamp = front > 0 ? front - 1 : 0;
+  lru_.emplace(it->second.stamp, key);
+  touched_[key] = it->second.stamp;
 }
 
 void DiskPrefixStore::refused(const std::string& key) {
@@ -276,6 +307,15 @@ DiskPrefixStore::Batch DiskPrefixStore::take_batch() {
     incoming += value.size();
     batch.values.emplace_back(std::move(key), std::move(value));
     queue_.pop_front();
+  }
+  // The prefixes these values hold go first, before the victims for the values are chosen (a
+  // conversation's next turn takes its last turn's place). Demoted even if the write then fails:
+  // they are still stored, only first in line.
+  for (const auto& [key, value] : batch.values) {
+    const auto it = supersedes_.find(key);
+    if (it == supersedes_.end()) continue;
+    for (const std::string& shorter : it->second) demote(shorter);
+    supersedes_.erase(it);
   }
   batch.evict = std::move(dropped_);
   dropped_.clear();

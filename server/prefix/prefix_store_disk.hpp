@@ -17,10 +17,12 @@
 // start), so exists() touches no disk.
 //
 // Budget: the values' bytes are kept within budget_bytes; a write evicts the least recently
-// used (got or written) values first. The map (the file's largest size) is the budget plus a
-// quarter plus 64 MiB for the B-tree's pages and LMDB's free pages; when LMDB still finds no
-// room (free space too fragmented for a value's contiguous pages) more values are evicted and
-// the write retried once, then counted as failed. A value larger than the budget is refused.
+// used (got or written) values first, and before them the prefixes a stored value supersedes
+// (put_superseding: demoted below every stamp when the superseding value's batch is taken).
+// The map (the file's largest size) is the budget plus a quarter plus 64 MiB for the B-tree's
+// pages and LMDB's free pages; when LMDB still finds no room (free space too fragmented for a
+// value's contiguous pages) more values are evicted and the write retried once, then counted as
+// failed. A value larger than the budget is refused.
 //
 // Writes go through a bounded queue to one writer thread that commits them in batches; a full
 // queue drops the write and a failing disk fails it (both counted): the tier is a cache.
@@ -66,6 +68,7 @@ class DiskPrefixStore : public PrefixStore {
   std::vector<bool> exists(const std::vector<std::string>& keys) override;
   std::optional<std::string> get(const std::string& key) override;
   void put(std::string key, std::string value) override;
+  void put_superseding(std::string key, std::string value, std::vector<std::string> shorter) override;
   void refused(const std::string& key) override;
   void flush(int ms) override;
   StoreCounters counters() const override;
@@ -87,6 +90,8 @@ class DiskPrefixStore : public PrefixStore {
   Batch take_batch();
   void choose_victims(size_t incoming, Batch& batch);
   void forget(const std::string& key);  // under mutex_: drops a key from the index
+  bool enqueue(std::string& key, std::string& value);  // under mutex_: false when refused or dropped
+  void demote(const std::string& key);  // under mutex_: first in line for eviction
   int commit(const Batch& batch);       // one write transaction; an LMDB return code
   void write(Batch batch);
   void log_failure(const std::string& what);
@@ -108,6 +113,8 @@ class DiskPrefixStore : public PrefixStore {
   size_t stored_bytes_ = 0;
   std::unordered_map<std::string, uint64_t> touched_;  // stamps not yet persisted
   std::vector<std::string> dropped_;                   // refused keys not yet deleted
+  // Queued values' shorter prefixes, demoted when the value's batch is taken (put_superseding).
+  std::unordered_map<std::string, std::vector<std::string>> supersedes_;
   std::deque<std::pair<std::string, std::string>> queue_;
   size_t queued_bytes_ = 0;
   bool writing_ = false;

@@ -225,7 +225,10 @@ SharedPrefixes::Encoded SharedPrefixes::encode(std::span<const int> tokens, cons
                             id_.block_tokens, tokens.size()));
   }
   const auto chain = prefix_chain(id_, tokens, n / id_.block_tokens);
-  return {prefix_key(chain.back()), encode_prefix_value(id_, tokens.first(n), cache)};
+  Encoded encoded{prefix_key(chain.back()), encode_prefix_value(id_, tokens.first(n), cache), {}};
+  encoded.shorter.reserve(chain.size() - 1);
+  for (size_t b = 0; b + 1 < chain.size(); ++b) encoded.shorter.push_back(prefix_key(chain[b]));
+  return encoded;
 }
 
 void SharedPrefixes::put(Encoded encoded) {
@@ -234,7 +237,7 @@ void SharedPrefixes::put(Encoded encoded) {
     ++metrics_.offers_total;
     metrics_.offer_bytes_total += encoded.value.size();
   }
-  store_->put(std::move(encoded.key), std::move(encoded.value));
+  store_->put_superseding(std::move(encoded.key), std::move(encoded.value), std::move(encoded.shorter));
 }
 
 SharedPrefixMetrics SharedPrefixes::metrics() const {

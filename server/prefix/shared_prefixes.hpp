@@ -74,6 +74,7 @@ class SharedPrefixes {
   // worth it (a generated answer's last whole block, when the answer ends).
   struct Encoded {
     std::string key, value;
+    std::vector<std::string> shorter;  // the keys of its shorter whole-block prefixes (put_superseding)
   };
   Encoded encode(std::span<const int> tokens, const PromptCache& cache) const;
   void put(Encoded encoded);

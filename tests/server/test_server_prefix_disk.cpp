@@ -123,6 +123,50 @@ TEST(DiskPrefixStore, EvictsTheLeastRecentlyUsedWithinTheBudgetAcrossRestarts) {
   EXPECT_EQ(again.exists({"a", "c", "d", "e"}), (std::vector<bool>{true, false, true, true}));
 }
 
+// A conversation's next turn holds its earlier ones: stored with put_superseding, the earlier
+// turns go before any other value, so an idle conversation's one turn outlasts them although it
+// is older, also after a restart; a superseded prefix read again is kept again.
+TEST(DiskPrefixStore, SupersededPrefixesAreEvictedFirstAcrossRestarts) {
+  TempDir dir;
+  const size_t v = 300 << 10;  // three fit in 1 MiB, four do not
+  {
+    DiskPrefixStore store(dir.str(), mib(1));
+    store.put("idle", value_of(v, 'i'));  // another conversation's, older than the turns below
+    store.flush(10000);
+    store.put("turn1", value_of(v, '1'));
+    store.flush(10000);
+    store.put_superseding("turn2", value_of(v, '2'), {"turn1", "never-stored"});
+    store.flush(10000);
+    EXPECT_EQ(store.counters().evictions_total, 0u);
+  }
+  DiskPrefixStore again(dir.str(), mib(1));
+  again.put("other", value_of(v, 'o'));
+  again.flush(10000);
+  EXPECT_EQ(again.exists({"idle", "turn1", "turn2", "other"}), (std::vector<bool>{true, false, true, true}));
+  // The next turn replaces turn2 rather than the idle conversation's value.
+  again.put_superseding("turn3", value_of(v, '3'), {"turn1", "turn2"});
+  again.flush(10000);
+  EXPECT_EQ(again.exists({"idle", "turn2", "other", "turn3"}), (std::vector<bool>{true, false, true, true}));
+  EXPECT_EQ(again.counters().evictions_total, 2u);
+  EXPECT_EQ(again.get("idle"), value_of(v, 'i'));
+}
+
+TEST(DiskPrefixStore, ASupersededPrefixReadAgainIsKeptAgain) {
+  TempDir dir;
+  const size_t v = 300 << 10;
+  DiskPrefixStore store(dir.str(), mib(1));
+  store.put("prompt", value_of(v, 'p'));
+  store.flush(10000);
+  store.put_superseding("answer", value_of(v, 'a'), {"prompt"});
+  store.flush(10000);
+  ASSERT_TRUE(store.get("prompt"));  // e.g. the answer regenerated: the prompt's prefix in use
+  store.put("c", value_of(v, 'c'));
+  store.flush(10000);
+  store.put("d", value_of(v, 'd'));
+  store.flush(10000);
+  EXPECT_EQ(store.exists({"prompt", "answer", "c", "d"}), (std::vector<bool>{true, false, true, true}));
+}
+
 TEST(DiskPrefixStore, AValueOverTheBudgetAndARefusedValueAreDropped) {
   TempDir dir;
   DiskPrefixStore store(dir.str(), mib(1));

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -101,6 +102,25 @@ TEST(SharedPrefixes, AGeneratedAnswerIsStoredForTheNextTurn) {
     Scheduler replica_a(kjv().model, *kjv().tok, options(store));
     a = run(replica_a, prompt, 40);
     ASSERT_EQ(a.error, "");
+  }
+  // Every value A stored is a prefix of its answer's (the longest): stored superseding them all,
+  // so a store short of room evicts them before other conversations' values.
+  const auto values = store->snapshot();
+  ASSERT_GE(values.size(), 2u);
+  std::string answer_key;
+  for (const auto& [key, value] : values) {
+    if (answer_key.empty() || value.size() > values.at(answer_key).size()) answer_key = key;
+  }
+  const auto supersessions = store->supersessions();
+  ASSERT_EQ(supersessions.count(answer_key), 1u);
+  const std::vector<std::string>& shorter = supersessions.at(answer_key);
+  // One key per shorter whole block: the answer's value reaches past the prompt's last block.
+  EXPECT_GT(shorter.size() + 1, prompt.size() / kPage);
+  EXPECT_LE(shorter.size() + 1, (prompt.size() + 40) / kPage);
+  for (const auto& [key, value] : values) {
+    if (key != answer_key) {
+      EXPECT_NE(std::find(shorter.begin(), shorter.end(), key), shorter.end()) << key;
+    }
   }
   // The next turn, tokenized from its text as a client sends it: the prompt, the answer, more.
   const auto next = long_prompt(a.text + " And the evening and the morning were the first day.");
