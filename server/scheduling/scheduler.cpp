@@ -222,12 +222,14 @@ void Scheduler::loop() {
       for (auto& seq : running_) fail(*seq, fmt::format("internal error: {}", e.what()));
       for (size_t i = running_.size(); i-- > 0;) release(i);
     }
+    deliver();
     update_gauges();
     wake_.notify_all();  // drain() waits on the gauges
   }
   // Stopping: everything still here is cancelled.
   for (auto& seq : running_) fail(*seq, "the server shut down before the request finished");
   for (size_t i = running_.size(); i-- > 0;) release(i);
+  deliver();
   std::lock_guard lock(mutex_);
   for (auto& w : waiting_) {
     w.handle->push({StreamEvent::Kind::failed, "", "", {}, "the server shut down before the request started"});
@@ -409,7 +411,7 @@ bool Scheduler::step() {
     const bool end = !seq.request.ignore_eos && tokenizer_.is_end_of_generation(token);
     StreamEvent piece{StreamEvent::Kind::text, end ? "" : seq.text->add(token), "", {}, "", {}};
     if (seq.request.logprobs >= 0) piece.logprobs.push_back(engine::token_logprob(logits, token, seq.request.logprobs));
-    if (!piece.text.empty() || !piece.logprobs.empty()) seq.handle->push(std::move(piece));
+    if (!piece.text.empty() || !piece.logprobs.empty()) send(seq, std::move(piece));
     if (end || seq.text->stopped()) {
       finish(seq, "stop");
     } else if (static_cast<int>(seq.generated.size()) >= seq.request.max_tokens ||
@@ -417,6 +419,24 @@ bool Scheduler::step() {
       finish(seq, "length");
     }
   }
+  {
+    std::lock_guard lock(mutex_);
+    metrics_.generated_tokens_total += generated;
+    ++metrics_.steps_total;
+    if (batch.prompt_rows > 0) ++metrics_.prompt_steps_total;
+    metrics_.step_seconds_total += seconds;
+    metrics_.last_batch_rows = batch.decode_rows + batch.prompt_rows;
+    metrics_.step_base_seconds = impl_->cost.base_seconds();
+    metrics_.step_decode_row_seconds = impl_->cost.decode_row_seconds();
+    metrics_.step_prompt_row_seconds = impl_->cost.prompt_row_seconds();
+    metrics_.step_prompt_budget_rows = batch.prompt_budget;
+    size_t sequences = 0;
+    for (size_t e = 0; e < entries.size(); ++e) sequences += (e == 0 || owner[e] != owner[e - 1]) ? 1 : 0;
+    metrics_.last_batch_sequences = sequences;
+  }
+  // The step's tokens go out now, counted, before the prefix copies below (which can take
+  // milliseconds on long prompts).
+  deliver();
   for (auto& seq : running_) take_prefix_snapshots(*seq);
   if (shared_ || disk_) {
     for (auto& seq : running_) keep_answer_prefix(*seq);
@@ -424,19 +444,6 @@ bool Scheduler::step() {
   for (size_t i = running_.size(); i-- > 0;) {
     if (running_[i]->done) release(i);
   }
-  std::lock_guard lock(mutex_);
-  metrics_.generated_tokens_total += generated;
-  ++metrics_.steps_total;
-  if (batch.prompt_rows > 0) ++metrics_.prompt_steps_total;
-  metrics_.step_seconds_total += seconds;
-  metrics_.last_batch_rows = batch.decode_rows + batch.prompt_rows;
-  metrics_.step_base_seconds = impl_->cost.base_seconds();
-  metrics_.step_decode_row_seconds = impl_->cost.decode_row_seconds();
-  metrics_.step_prompt_row_seconds = impl_->cost.prompt_row_seconds();
-  metrics_.step_prompt_budget_rows = batch.prompt_budget;
-  size_t sequences = 0;
-  for (size_t e = 0; e < entries.size(); ++e) sequences += (e == 0 || owner[e] != owner[e - 1]) ? 1 : 0;
-  metrics_.last_batch_sequences = sequences;
   return true;
 }
 
@@ -504,8 +511,7 @@ void Scheduler::score_prompt_chunk(Sequence& seq, std::span<const int> chunk, st
         engine::token_logprob(logits.subspan(i * vocab, vocab), prompt[start + i + 1], seq.request.logprobs));
   }
   if (start + chunk.size() == prompt.size()) {
-    StreamEvent ev{StreamEvent::Kind::prompt, "", "", {}, "", std::move(seq.prompt_logprobs)};
-    seq.handle->push(std::move(ev));
+    send(seq, StreamEvent{StreamEvent::Kind::prompt, "", "", {}, "", std::move(seq.prompt_logprobs)});
   }
 }
 
@@ -547,24 +553,31 @@ void Scheduler::keep_answer_prefix(Sequence& seq) {
 
 void Scheduler::finish(Sequence& seq, const std::string& reason) {
   std::string rest = seq.text->flush();
-  if (!rest.empty()) seq.handle->push({StreamEvent::Kind::text, std::move(rest), "", {}, ""});
+  if (!rest.empty()) send(seq, {StreamEvent::Kind::text, std::move(rest), "", {}, ""});
   StreamEvent done{StreamEvent::Kind::finished, "", reason, {}, ""};
   done.usage.prompt_tokens = seq.request.prompt.size();
   done.usage.completion_tokens = seq.generated.size();
   done.usage.cached_tokens = seq.cached;
   done.usage.store_tokens = seq.from_store;
   done.usage.disk_tokens = seq.from_disk;
-  seq.handle->push(std::move(done));
+  send(seq, std::move(done));
   seq.done = true;
   std::lock_guard lock(mutex_);
   ++metrics_.requests_finished_total;
 }
 
 void Scheduler::fail(Sequence& seq, const std::string& error) {
-  seq.handle->push({StreamEvent::Kind::failed, "", "", {}, error});
+  send(seq, {StreamEvent::Kind::failed, "", "", {}, error});
   seq.done = true;
   std::lock_guard lock(mutex_);
   ++metrics_.requests_failed_total;
+}
+
+void Scheduler::send(Sequence& seq, StreamEvent event) { outbox_.emplace_back(seq.handle, std::move(event)); }
+
+void Scheduler::deliver() {
+  for (auto& [handle, event] : outbox_) handle->push(std::move(event));
+  outbox_.clear();
 }
 
 void Scheduler::release(size_t index) {

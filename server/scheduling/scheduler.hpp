@@ -166,6 +166,10 @@ class Scheduler {
   size_t prompt_budget(size_t decode_rows) const;
   void finish(Sequence& seq, const std::string& reason);
   void fail(Sequence& seq, const std::string& error);
+  // A sequence's events wait in outbox_ until deliver(), which the loop calls once the step's
+  // counts are in metrics_: a client that has its answer finds it counted.
+  void send(Sequence& seq, StreamEvent event);
+  void deliver();
   void release(size_t index);
   // A running sequence is computing `prompt` now (and will store its page-aligned prefix).
   bool computing(const std::vector<int>& prompt) const;
@@ -204,6 +208,7 @@ class Scheduler {
 
   // Engine-loop state (the loop thread only).
   std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::pair<std::shared_ptr<RequestHandle>, StreamEvent>> outbox_;
   size_t reserved_ = 0;
   struct Impl;
   std::unique_ptr<Impl> impl_;

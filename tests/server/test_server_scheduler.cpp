@@ -123,6 +123,24 @@ TEST(ServerScheduler, BatchedOutputsEqualSoloOutputs) {
   EXPECT_EQ(s.metrics().kv_reserved, 0u);
 }
 
+// A client that has its answer finds it counted: the tokens, the step and the finished request
+// are in the metrics before the finish event reaches the client (a test or a dashboard reading
+// /metrics right after a response once saw the last step missing).
+TEST(ServerScheduler, AnAnswerIsCountedBeforeItArrives) {
+  Scheduler s(kjv().model, *kjv().tok, options("turboquant:bits=4,window=32,sinks=1", 64 << 20));
+  uint64_t generated = 0;
+  for (int i = 0; i < 12; ++i) {
+    const std::string& prompt = kPrompts[static_cast<size_t>(i) % kPrompts.size()];
+    const Result r = wait(*submit(s, greedy(prompt + " and the earth", 3 + i)));
+    ASSERT_EQ(r.finish, "length");
+    generated += r.usage.completion_tokens;
+    const SchedulerMetrics m = s.metrics();  // at once: no waiting for the engine loop
+    EXPECT_EQ(m.requests_finished_total, static_cast<uint64_t>(i + 1)) << i;
+    EXPECT_EQ(m.generated_tokens_total, generated) << i;
+    EXPECT_GE(m.steps_total, generated) << i;
+  }
+}
+
 TEST(ServerScheduler, BudgetBoundsRunningSequencesAndReservationsReturnToZero) {
   // A budget of exactly two reservations of (prompt + 60) tokens: never more than two run.
   const auto g = greedy("In the beginning God created", 60);
