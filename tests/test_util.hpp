@@ -1,13 +1,17 @@
-// Small helpers every kind of test uses: random data, bit-exact comparison, scratch file paths.
+// Small helpers every kind of test uses: random data, bit-exact comparison, scratch file paths,
+// running a command.
 // One home, so that "random" means the same thing (a seeded standard normal) in every test and
 // a test's data does not change when another test's helper does.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <random>
 #include <span>
@@ -61,5 +65,34 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 // the file goes when the process exits: files written straight into the temp directory stayed
 // there after every run (fourteen GGUFs of test_moe per run on the developers' machines).
 inline std::string temp_path(const std::string& name) { return (scratch_dir("test") / name).string(); }
+
+// What a command printed on standard output (standard error too where the command says 2>&1) and
+// its exit status: -1 when it could not start or did not exit (killed by a signal).
+struct CommandOutput {
+  std::string text;
+  int status = -1;
+};
+
+// Runs `command` through the shell, with `input` (when given) on its standard input.
+inline CommandOutput run_command(const std::string& command, const std::string* input = nullptr) {
+  std::string line = command;
+  std::string input_path;
+  if (input != nullptr) {
+    static int calls = 0;
+    input_path = temp_path("command-input-" + std::to_string(++calls));
+    std::ofstream(input_path, std::ios::binary) << *input;
+    line = "(" + command + ") < '" + input_path + "'";
+  }
+  CommandOutput out;
+  FILE* pipe = ::popen(line.c_str(), "r");
+  if (pipe != nullptr) {
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.text.append(buf, n);
+    const int status = ::pclose(pipe);
+    out.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  if (!input_path.empty()) std::remove(input_path.c_str());
+  return out;
+}
 
 }  // namespace turbokv::test

@@ -22,6 +22,7 @@
 #include "test_util.hpp"
 
 using turbokv::test::random_normal;
+using turbokv::test::run_command;
 
 namespace turbokv {
 namespace {
@@ -258,16 +259,6 @@ TEST(PromptCache, CacheConfigStrings) {
   EXPECT_THROW(parse_cache_config(":bits=3"), Error);
 }
 
-// Runs a command, returns its exit status and combined output.
-int run_command(const std::string& command, std::string* output) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 TEST(CacheCli, BenchSavesAFileThatInfoDescribes) {
   const std::string tool = TURBOKV_TOOL_PATH;
@@ -275,11 +266,10 @@ TEST(CacheCli, BenchSavesAFileThatInfoDescribes) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("turbokv_test_cli_" + std::to_string(::getpid()) + ".safetensors"))
                                .string();
-  std::string out;
-  ASSERT_EQ(0, run_command(tool + " cache-bench --head-dim 64 --kv-heads 2 --tokens 300 "
-                                  "--key-bits 3 --value-bits 3 --reps 1 --json --save " + path,
-                           &out)) << out;
-  const auto bench = nlohmann::json::parse(out);
+  const auto saved = run_command(tool + " cache-bench --head-dim 64 --kv-heads 2 --tokens 300 "
+                                        "--key-bits 3 --value-bits 3 --reps 1 --json --save " + path + " 2>&1");
+  ASSERT_EQ(saved.status, 0) << saved.text;
+  const auto bench = nlohmann::json::parse(saved.text);
   std::vector<std::string> keys;
   for (const auto& [k, v] : bench.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"append_tokens_per_s", "bytes_per_token",
@@ -291,24 +281,24 @@ TEST(CacheCli, BenchSavesAFileThatInfoDescribes) {
   EXPECT_EQ(bench["fp16_bytes_per_token"].get<double>(), 2 * 64 * 2 * 2);
   EXPECT_NEAR(bench["compression_vs_fp16"].get<double>(), 512.0 / 104, 1e-9);
 
-  out.clear();
-  ASSERT_EQ(0, run_command(tool + " cache-info --json " + path, &out)) << out;
-  const auto info = nlohmann::json::parse(out);
+  const auto described = run_command(tool + " cache-info --json " + path + " 2>&1");
+  ASSERT_EQ(described.status, 0) << described.text;
+  const auto info = nlohmann::json::parse(described.text);
   EXPECT_EQ(info["n_layers"], 1);
   EXPECT_EQ(info["tokens"], 300);
   EXPECT_EQ(info["layers"][0]["class"], "turboquant");
   EXPECT_EQ(info["layers"][0]["metadata"]["key_bits"], "3");
   EXPECT_EQ(info["nbytes"], 300 * 104);
-  out.clear();
-  EXPECT_EQ(0, run_command(tool + " cache-info " + path, &out)) << out;
-  EXPECT_NE(out.find("turboquant"), std::string::npos) << out;
+  const auto text = run_command(tool + " cache-info " + path + " 2>&1");
+  EXPECT_EQ(text.status, 0) << text.text;
+  EXPECT_NE(text.text.find("turboquant"), std::string::npos) << text.text;
 
   // A truncated copy: non-zero exit with the error's message.
   const auto size = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, size - 10);
-  out.clear();
-  EXPECT_EQ(1, run_command(tool + " cache-info " + path, &out));
-  EXPECT_NE(out.find("out of range"), std::string::npos) << out;
+  const auto truncated = run_command(tool + " cache-info " + path + " 2>&1");
+  EXPECT_EQ(truncated.status, 1);
+  EXPECT_NE(truncated.text.find("out of range"), std::string::npos) << truncated.text;
   std::remove(path.c_str());
 }
 

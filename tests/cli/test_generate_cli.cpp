@@ -16,6 +16,7 @@
 
 #include "turbokv/cache_io.hpp"
 #include "turbokv/dense_cache.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -25,14 +26,8 @@ const std::string kModels = TURBOKV_MODELS_DIR;
 // stdout of a command, and its exit status.
 std::pair<std::string, int> run(const std::string& args) {
   const std::string cmd = "TURBOKV_MODELS_DIR='" + kModels + "' '" + kTool + "' " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {"", -1};
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {out, WEXITSTATUS(status)};
+  const turbokv::test::CommandOutput out = turbokv::test::run_command(cmd);
+  return {out.text, out.status};
 }
 
 void require_tool() {
@@ -151,7 +146,9 @@ TEST(CacheInfoCli, ShowsSlidingRingsApart) {
   for (int l = 0; l < 2; ++l) {
     auto layer = std::make_unique<turbokv::DenseKVCache>(2, 8, turbokv::DenseDtype::f16, 16);
     layer->append(k, v, 100);
-    if (l == 0) EXPECT_EQ(layer->drop_before(64), 64u);
+    if (l == 0) {
+      EXPECT_EQ(layer->drop_before(64), 64u);
+    }
     pc.add_layer(std::move(layer));
   }
   const auto path = std::filesystem::temp_directory_path() / ("turbokv-cli-ring-" + std::to_string(::getpid()) + ".st");

@@ -524,12 +524,9 @@ TEST(GenerateGguf, JsonOutputOfInvalidUtf8IsReplacedNotAnError) {
   if (tool.empty() || !fs::exists(tool)) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
   const Written w = write_gguf(turbokv::test::served_shape("llama"), "llama-utf8.gguf", 27);
   const std::string cmd = tool + " generate --model " + w.path + " --prompt 'the thin thing' -n 8 --json 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
+  const turbokv::test::CommandOutput run = turbokv::test::run_command(cmd);
+  ASSERT_EQ(run.status, 0) << run.text;
+  const std::string& out = run.text;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["generated_tokens"], 8);
   EXPECT_NE(j["text"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos) << out;  // U+FFFD

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "skip_policy.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -26,14 +27,8 @@ using Clock = std::chrono::steady_clock;
 const std::string kTool = TURBOKV_TOOL_PATH;
 
 std::pair<std::string, int> run(const std::string& args) {
-  FILE* pipe = popen(("'" + kTool + "' " + args + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {"", -1};
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {out, WEXITSTATUS(status)};
+  const turbokv::test::CommandOutput out = turbokv::test::run_command("'" + kTool + "' " + args + " 2>&1");
+  return {out.text, out.status};
 }
 
 // Streams `tokens` one-letter pieces 20 ms apart, the fifth after a 250 ms stall, then a closing

@@ -19,6 +19,7 @@
 #include "server/http/openai_request.hpp"
 #include "server/text/chat_template.hpp"
 #include "skip_policy.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -41,17 +42,11 @@ bool python_has_jinja2() {
 
 // Runs tests/server/jinja_reference.py on the request; its JSON answer.
 json python_render(const json& request) {
-  const fs::path in = fs::temp_directory_path() / ("turbokv_jinja_ref_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(in) << request.dump();
-  const std::string cmd = "/usr/bin/python3 " TURBOKV_SOURCE_DIR "/tests/server/jinja_reference.py < " + in.string();
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[65536];
-  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = p ? pclose(p) : -1;
-  fs::remove(in);
-  if (status != 0) throw std::runtime_error("jinja_reference.py failed: " + cmd);
-  return json::parse(out);
+  const std::string cmd = "/usr/bin/python3 " TURBOKV_SOURCE_DIR "/tests/server/jinja_reference.py";
+  const std::string input = request.dump();
+  const turbokv::test::CommandOutput out = turbokv::test::run_command(cmd, &input);
+  if (out.status != 0) throw std::runtime_error("jinja_reference.py failed: " + cmd);
+  return json::parse(out.text);
 }
 
 std::string token_text(const json& t) {  // tokenizer_config's bos_token: a string or {content: ...}
