@@ -13,6 +13,7 @@
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/rotation.hpp"
+#include "cache_test_util.hpp"
 
 using namespace turbokv;
 
@@ -34,17 +35,6 @@ std::vector<float> random_kv(int heads, size_t tokens, int dim, uint32_t seed, f
 
 float half_round(float x) { return half_to_float(float_to_half(x)); }
 
-void expect_same_state(const CacheState& a, const CacheState& b) {
-  EXPECT_EQ(a.metadata, b.metadata);
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
-    EXPECT_EQ(a.tensors[i].dtype, b.tensors[i].dtype);
-    EXPECT_EQ(a.tensors[i].shape, b.tensors[i].shape);
-    EXPECT_TRUE(a.tensors[i].data == b.tensors[i].data) << a.tensors[i].name;
-  }
-}
-
 std::pair<std::vector<float>, std::vector<float>> fetch_all(const KVCache& c) {
   std::vector<float> k(static_cast<size_t>(c.kv_heads()) * c.size() * c.head_dim());
   std::vector<float> v(k.size());
@@ -59,7 +49,7 @@ void expect_save_load_exact(const KVCache& cache) {
   ASSERT_EQ(loaded->class_name(), cache.class_name());
   EXPECT_EQ(loaded->size(), cache.size());
   EXPECT_EQ(loaded->nbytes(), cache.nbytes());
-  expect_same_state(state, loaded->save_state());
+  test::expect_same_state(state, loaded->save_state());
   const auto [k0, v0] = fetch_all(cache);
   const auto [k1, v1] = fetch_all(*loaded);
   EXPECT_EQ(std::memcmp(k0.data(), k1.data(), k0.size() * 4), 0);

@@ -22,6 +22,7 @@
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "cache_test_util.hpp"
 #include "test_util.hpp"
 
 using turbokv::test::random_normal;
@@ -36,29 +37,6 @@ std::unique_ptr<DenseKVCache> filled_dense(int heads, int dim, size_t n, DenseDt
   const auto k = random_normal(heads * n * dim, seed), v = random_normal(heads * n * dim, seed + 1);
   cache->append(k, v, n);
   return cache;
-}
-
-void expect_same_cache(const KVCache& a, const KVCache& b) {
-  ASSERT_EQ(a.class_name(), b.class_name());
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_EQ(a.kv_heads(), b.kv_heads());
-  ASSERT_EQ(a.head_dim(), b.head_dim());
-  EXPECT_EQ(a.nbytes(), b.nbytes());
-  const CacheState sa = a.save_state(), sb = b.save_state();
-  EXPECT_EQ(sa.metadata, sb.metadata);
-  ASSERT_EQ(sa.tensors.size(), sb.tensors.size());
-  for (size_t i = 0; i < sa.tensors.size(); ++i) {
-    EXPECT_EQ(sa.tensors[i].name, sb.tensors[i].name);
-    EXPECT_EQ(sa.tensors[i].dtype, sb.tensors[i].dtype);
-    EXPECT_EQ(sa.tensors[i].shape, sb.tensors[i].shape);
-    EXPECT_TRUE(sa.tensors[i].data == sb.tensors[i].data) << sa.tensors[i].name;
-  }
-  const size_t n = static_cast<size_t>(a.kv_heads()) * a.size() * a.head_dim();
-  std::vector<float> ka(n), va(n), kb(n), vb(n);
-  a.fetch(ka, va);
-  b.fetch(kb, vb);
-  EXPECT_TRUE(ka.empty() || std::memcmp(ka.data(), kb.data(), n * sizeof(float)) == 0);
-  EXPECT_TRUE(va.empty() || std::memcmp(va.data(), vb.data(), n * sizeof(float)) == 0);
 }
 
 TEST(Safetensors, RoundTripAndLayout) {
@@ -111,7 +89,7 @@ TEST(PromptCacheIO, DenseRoundTripIsBitExact) {
     EXPECT_EQ(loaded.metadata(), cache.metadata());
     EXPECT_EQ(loaded.size(), 37u);
     EXPECT_EQ(loaded.nbytes(), cache.nbytes());
-    for (size_t i = 0; i < 3; ++i) expect_same_cache(cache.layer(i), loaded.layer(i));
+    for (size_t i = 0; i < 3; ++i) test::expect_identical_caches(cache.layer(i), loaded.layer(i));
     // Loaded layers keep their page size, so fused kernels see the same layout.
     EXPECT_EQ(dynamic_cast<const DenseKVCache&>(loaded.layer(0)).page_tokens(), 8u);
   }

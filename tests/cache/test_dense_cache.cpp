@@ -10,23 +10,14 @@
 #include "turbokv/dense_cache.hpp"
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
+#include "cache_test_util.hpp"
 #include "test_util.hpp"
 
 using turbokv::test::random_normal;
+using turbokv::test::slice_tokens;
 
 namespace turbokv {
 namespace {
-
-// Tokens [first, first+count) of a [heads][n][dim] tensor.
-std::vector<float> slice_tokens(const std::vector<float>& x, int heads, size_t n, int dim,
-                                size_t first, size_t count) {
-  std::vector<float> out(static_cast<size_t>(heads) * count * dim);
-  for (int h = 0; h < heads && count > 0; ++h) {
-    std::memcpy(out.data() + h * count * dim, x.data() + (h * n + first) * dim,
-                count * dim * sizeof(float));
-  }
-  return out;
-}
 
 std::vector<float> round_half(std::vector<float> x) {
   for (float& v : x) v = half_to_float(float_to_half(v));

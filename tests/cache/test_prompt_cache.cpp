@@ -19,6 +19,7 @@
 #include "turbokv/error.hpp"
 #include "turbokv/prompt_cache.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "cache_test_util.hpp"
 #include "test_util.hpp"
 
 using turbokv::test::random_normal;
@@ -30,25 +31,6 @@ namespace {
 void fill(KVCache& cache, size_t n, uint32_t seed) {
   const size_t len = static_cast<size_t>(cache.kv_heads()) * n * cache.head_dim();
   cache.append(random_normal(len, seed), random_normal(len, seed + 1), n);
-}
-
-void expect_identical(const KVCache& a, const KVCache& b) {
-  ASSERT_EQ(a.class_name(), b.class_name());
-  EXPECT_EQ(a.size(), b.size());
-  EXPECT_EQ(a.nbytes(), b.nbytes());
-  const CacheState sa = a.save_state(), sb = b.save_state();
-  EXPECT_EQ(sa.metadata, sb.metadata);
-  ASSERT_EQ(sa.tensors.size(), sb.tensors.size());
-  for (size_t i = 0; i < sa.tensors.size(); ++i) {
-    EXPECT_EQ(sa.tensors[i].shape, sb.tensors[i].shape);
-    EXPECT_TRUE(sa.tensors[i].data == sb.tensors[i].data) << sa.tensors[i].name;
-  }
-  const size_t n = static_cast<size_t>(a.kv_heads()) * a.size() * a.head_dim();
-  std::vector<float> ka(n), va(n), kb(n), vb(n);
-  a.fetch(ka, va);
-  b.fetch(kb, vb);
-  EXPECT_TRUE(ka.empty() || std::memcmp(ka.data(), kb.data(), n * 4) == 0);
-  EXPECT_TRUE(va.empty() || std::memcmp(va.data(), vb.data(), n * 4) == 0);
 }
 
 std::vector<TurboQuantCacheOptions> all_option_variants() {
@@ -95,13 +77,13 @@ TEST(PromptCache, TurboQuantRoundTripIsBitExactForEveryOption) {
     const auto bytes = serialize_prompt_cache(cache);
     const PromptCache loaded = parse_prompt_cache(bytes);
     ASSERT_EQ(loaded.n_layers(), 3u);
-    for (size_t i = 0; i < 3; ++i) expect_identical(cache.layer(i), loaded.layer(i));
+    for (size_t i = 0; i < 3; ++i) test::expect_identical_caches(cache.layer(i), loaded.layer(i));
     // The loaded cache keeps working identically: append the same tokens to both.
     auto& a = const_cast<KVCache&>(cache.layer(1));
     PromptCache reloaded = parse_prompt_cache(bytes);
     fill(a, 11, 5);
     fill(reloaded.layer(1), 11, 5);
-    expect_identical(a, reloaded.layer(1));
+    test::expect_identical_caches(a, reloaded.layer(1));
   }
 }
 
@@ -129,7 +111,7 @@ TEST(PromptCache, MixedLayersSaveAndLoad) {
   std::remove(path.c_str());
   ASSERT_EQ(loaded.n_layers(), 4u);
   EXPECT_EQ(loaded.metadata(), cache.metadata());
-  for (size_t i = 0; i < 4; ++i) expect_identical(cache.layer(i), loaded.layer(i));
+  for (size_t i = 0; i < 4; ++i) test::expect_identical_caches(cache.layer(i), loaded.layer(i));
   EXPECT_EQ(info.layers[1].at("class"), "turboquant");
   EXPECT_EQ(info.layers[3].at("key_codec"), "prod");
   EXPECT_EQ(info.layers[2].at("dtype"), "f32");

@@ -16,22 +16,15 @@
 #include "turbokv/error.hpp"
 #include "turbokv/half.hpp"
 #include "turbokv/turboquant_cache.hpp"
+#include "cache_test_util.hpp"
 #include "test_util.hpp"
 
+using turbokv::test::expect_identical_caches;
 using turbokv::test::random_normal;
+using turbokv::test::slice_tokens;
 
 namespace turbokv {
 namespace {
-
-std::vector<float> slice_tokens(const std::vector<float>& x, int heads, size_t n, int dim,
-                                size_t first, size_t count) {
-  std::vector<float> out(static_cast<size_t>(heads) * count * dim);
-  for (int h = 0; h < heads && count > 0; ++h) {
-    std::memcpy(out.data() + h * count * dim, x.data() + (h * n + first) * dim,
-                count * dim * sizeof(float));
-  }
-  return out;
-}
 
 struct Fetched {
   std::vector<float> keys, values;
@@ -42,20 +35,6 @@ Fetched fetch_all(const KVCache& c) {
   Fetched f{std::vector<float>(n), std::vector<float>(n)};
   c.fetch(f.keys, f.values);
   return f;
-}
-
-// Bit-exact equality of two caches through their saved state (codes, exact tokens, metadata).
-void expect_identical(const KVCache& a, const KVCache& b) {
-  const CacheState sa = a.save_state(), sb = b.save_state();
-  EXPECT_EQ(sa.metadata, sb.metadata);
-  ASSERT_EQ(sa.tensors.size(), sb.tensors.size());
-  for (size_t i = 0; i < sa.tensors.size(); ++i) {
-    EXPECT_EQ(sa.tensors[i].shape, sb.tensors[i].shape) << sa.tensors[i].name;
-    EXPECT_TRUE(sa.tensors[i].data == sb.tensors[i].data) << sa.tensors[i].name;
-  }
-  const Fetched fa = fetch_all(a), fb = fetch_all(b);
-  EXPECT_TRUE(fa.keys.empty() || std::memcmp(fa.keys.data(), fb.keys.data(), fa.keys.size() * 4) == 0);
-  EXPECT_TRUE(fa.values.empty() || std::memcmp(fa.values.data(), fb.values.data(), fa.values.size() * 4) == 0);
 }
 
 TurboQuantCacheOptions opts(double kb, double vb, size_t window = 0, size_t sinks = 0,
@@ -164,7 +143,7 @@ TEST(TurboQuantKVCache, CenteredStateRoundTripsAndIsRequiredWhole) {
   cache.append(random_normal(H * 50 * D, 31, 2.0f), random_normal(H * 50 * D, 32), 50);
   const CacheState state = cache.save_state();
   const auto loaded = TurboQuantKVCache::from_state(state);
-  expect_identical(cache, *loaded);
+  expect_identical_caches(cache, *loaded);
   const Fetched a = fetch_all(cache), b = fetch_all(*loaded);
   EXPECT_EQ(a.keys, b.keys);
   EXPECT_EQ(a.values, b.values);
@@ -237,7 +216,7 @@ TEST(TurboQuantKVCache, CentersFollowTheSinksAfterATrim) {
   std::copy(k.begin(), k.end(), k2.begin() + D);
   std::copy(v.begin(), v.end(), v2.begin() + D);
   fresh.append(k2, v2, 6);
-  expect_identical(cache, fresh);
+  expect_identical_caches(cache, fresh);
 }
 
 TEST(TurboQuantKVCache, RegionsFillInOrder) {
@@ -335,8 +314,8 @@ TEST(TurboQuantKVCache, UnevenChunksEqualOneAppend) {
     for (size_t t = 0; t < n; ++t) {
       single.append(slice_tokens(k, H, n, D, t, 1), slice_tokens(v, H, n, D, t, 1), 1);
     }
-    expect_identical(whole, chunked);
-    expect_identical(whole, single);
+    expect_identical_caches(whole, chunked);
+    expect_identical_caches(whole, single);
   }
 }
 
@@ -385,13 +364,13 @@ TEST(TurboQuantKVCache, TrimWithoutWindowThenAppendEqualsNeverAppended) {
     EXPECT_EQ(a.num_pages(), (30 - sinks + 7) / 8);
     a.append(slice_tokens(k, H, n, D, 30, 30), slice_tokens(v, H, n, D, 30, 30), 30);
     b.append(k, v, n);
-    expect_identical(a, b);
+    expect_identical_caches(a, b);
     // Trimming into the sinks, then re-appending, refills them.
     a.trim(58);
     EXPECT_EQ(a.size(), 2u);
     EXPECT_EQ(a.n_sinks(), std::min<size_t>(2, sinks));
     a.append(slice_tokens(k, H, n, D, 2, 58), slice_tokens(v, H, n, D, 2, 58), 58);
-    expect_identical(a, b);
+    expect_identical_caches(a, b);
     EXPECT_EQ(a.trim(1000), n);
     EXPECT_EQ(a.size(), 0u);
     EXPECT_EQ(a.num_pages(), 0u);
@@ -549,7 +528,7 @@ TEST(TurboQuantKVCache, ConversionFromDenseIsBitIdentical) {
     const auto converted = to_turboquant(dense, o);
     TurboQuantKVCache direct(H, D, o);
     direct.append(fd.keys, fd.values, n);
-    expect_identical(*converted, direct);
+    expect_identical_caches(*converted, direct);
     // From a non-dense cache: its fetched (decoded) values are encoded, exactly as appending
     // them to a fresh cache would.
     const auto generic = to_turboquant(static_cast<const KVCache&>(*converted), o);
@@ -557,7 +536,7 @@ TEST(TurboQuantKVCache, ConversionFromDenseIsBitIdentical) {
     const Fetched fc = fetch_all(*converted);
     TurboQuantKVCache reencoded(H, D, o);
     reencoded.append(fc.keys, fc.values, n);
-    expect_identical(*generic, reencoded);
+    expect_identical_caches(*generic, reencoded);
   }
 }
 
@@ -605,7 +584,7 @@ TEST(TurboQuantKVCache, AppendHalfInput) {
   TurboQuantKVCache a(H, D, opts(3, 3, 2)), b(H, D, opts(3, 3, 2));
   a.append_half(h, h, n, HalfFormat::f16);
   b.append(back, back, n);
-  expect_identical(a, b);
+  expect_identical_caches(a, b);
 }
 
 }  // namespace
