@@ -16,6 +16,12 @@
 // of every returning turn is compared (p50, p99), and every generated token must be the same in
 // both runs. Bytes per token of the values on disk are read from the store and compared with
 // dense fp16 K and V. Prints a table, or one JSON object with --json.
+//
+// With --idle N, conversations 0..N-1 go idle after their first turn and take their later turns
+// only after every other conversation has finished; with --prefix-disk-budget below what the
+// workload writes, the disk must choose what to keep, and the idle conversations' returning
+// turns back (their second, counted apart) show whether their prefixes outlasted the others'
+// older turns.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,6 +40,7 @@
 #include "engine/model/synthetic_model.hpp"
 #include "engine/tokenizer/synthetic_tokenizer.hpp"
 #include "engine/tokenizer/tokenizer_factory.hpp"
+#include "server/http/api_server.hpp"  // parse_byte_size
 #include "server/prefix/prefix_store_disk.hpp"
 #include "server/prefix/prefix_value.hpp"
 #include "server/prefix/shared_prefixes.hpp"
@@ -50,6 +57,8 @@ struct BenchArgs {
   std::string weights = "q8_0";
   std::string cache = "turboquant:bits=4,window=32,sinks=1,exact=f16";
   std::string disk;  // empty: a fresh directory under /tmp, removed at the end
+  std::string disk_budget = "64GiB";
+  int idle = 0;
   int conversations = 24;
   int turns = 3;
   size_t first_tokens = 384;
@@ -104,9 +113,14 @@ Turn run_turn(server::Scheduler& s, const std::vector<int>& prompt, int answer_t
   return t;
 }
 
+struct Round {
+  int turn = 0;                    // the turn each conversation of the round takes
+  std::vector<int> conversations;  // in the order they come
+};
+
 struct Workload {
   std::vector<std::vector<std::vector<int>>> user;  // [conversation][turn]: the user's new tokens
-  std::vector<std::vector<int>> order;              // [round]: conversations in the order they return
+  std::vector<Round> rounds;                        // in order; the idle conversations' later turns last
 };
 
 Workload make_workload(const BenchArgs& a, const engine::ModelConfig& c) {
@@ -124,10 +138,15 @@ Workload make_workload(const BenchArgs& a, const engine::ModelConfig& c) {
     }
   }
   for (int t = 0; t < a.turns; ++t) {
-    std::vector<int> order(static_cast<size_t>(a.conversations));
-    for (int v = 0; v < a.conversations; ++v) order[static_cast<size_t>(v)] = v;
-    std::shuffle(order.begin(), order.end(), rng);
-    w.order.push_back(std::move(order));
+    Round round{t, {}};
+    for (int v = t == 0 ? 0 : a.idle; v < a.conversations; ++v) round.conversations.push_back(v);
+    std::shuffle(round.conversations.begin(), round.conversations.end(), rng);
+    w.rounds.push_back(std::move(round));
+  }
+  for (int t = 1; t < a.turns && a.idle > 0; ++t) {
+    Round round{t, {}};
+    for (int v = 0; v < a.idle; ++v) round.conversations.push_back(v);
+    w.rounds.push_back(std::move(round));
   }
   return w;
 }
@@ -137,6 +156,7 @@ struct RunResult {
   std::vector<std::vector<int>> history;         // each conversation's tokens at the end
   std::vector<double> returning_ttft;            // every turn after the first
   size_t returning_cached = 0, returning_disk = 0, returning_prompt = 0;
+  size_t idle_disk = 0, idle_prompt = 0;         // the idle conversations' first turn back
   int errors = 0;
   server::SchedulerMetrics metrics;
 };
@@ -145,8 +165,9 @@ RunResult run_workload(server::Scheduler& s, const Workload& w, const BenchArgs&
   RunResult r;
   r.turns.assign(static_cast<size_t>(a.conversations), std::vector<Turn>(static_cast<size_t>(a.turns)));
   r.history.assign(static_cast<size_t>(a.conversations), {});
-  for (int t = 0; t < a.turns; ++t) {
-    for (const int v : w.order[static_cast<size_t>(t)]) {
+  for (const Round& round : w.rounds) {
+    const int t = round.turn;
+    for (const int v : round.conversations) {
       auto& history = r.history[static_cast<size_t>(v)];
       const auto& user = w.user[static_cast<size_t>(v)][static_cast<size_t>(t)];
       history.insert(history.end(), user.begin(), user.end());
@@ -158,6 +179,10 @@ RunResult run_workload(server::Scheduler& s, const Workload& w, const BenchArgs&
         r.returning_cached += turn.cached;
         r.returning_disk += turn.disk;
         r.returning_prompt += history.size() - turn.answer.size();
+        if (v < a.idle && t == 1) {  // back after the others' turns
+          r.idle_disk += turn.disk;
+          r.idle_prompt += history.size() - turn.answer.size();
+        }
       }
       r.turns[static_cast<size_t>(v)][static_cast<size_t>(t)] = std::move(turn);
     }
@@ -216,6 +241,10 @@ engine::Model load(const BenchArgs& a, std::unique_ptr<engine::Tokenizer>& token
 }
 
 int run_bench(const BenchArgs& a) {
+  if (a.idle >= a.conversations) {
+    throw Error(fmt::format("prefix-disk-bench: --idle {} leaves no conversation going of {}", a.idle, a.conversations));
+  }
+  server::parse_byte_size(a.disk_budget);  // a bad size fails before the work
   std::unique_ptr<engine::Tokenizer> tokenizer;
   engine::Model model = load(a, tokenizer);
   const auto& c = model.config;
@@ -246,7 +275,7 @@ int run_bench(const BenchArgs& a) {
   }
   {
     server::DiskStoreOptions dopt;
-    dopt.budget_bytes = size_t{64} << 30;
+    dopt.budget_bytes = server::parse_byte_size(a.disk_budget);
     auto disk = std::make_shared<server::DiskPrefixStore>(dir, dopt);
     so.prefix_disk = disk;
     {
@@ -283,6 +312,9 @@ int run_bench(const BenchArgs& a) {
       {"returning_prompt_tokens", ram.returning_prompt},
       {"returning_restored_ram_only", ram.returning_cached}, {"returning_restored_with_disk", disk_run.returning_cached},
       {"returning_from_disk", disk_run.returning_disk},
+      {"disk_budget_bytes", server::parse_byte_size(a.disk_budget)}, {"idle_conversations", a.idle},
+      {"idle_back_prompt_tokens", disk_run.idle_prompt}, {"idle_back_from_disk", disk_run.idle_disk},
+      {"disk_evictions", disk_run.metrics.disk.store.evictions_total},
       {"prefix_cache_evictions", disk_run.metrics.prefix_cache_evictions_total},
       {"disk_writes", disk_run.metrics.disk.store.writes_total},
       {"disk_write_bytes", disk_run.metrics.disk.store.write_bytes_total},
@@ -304,14 +336,18 @@ int run_bench(const BenchArgs& a) {
                ram.returning_prompt);
     fmt::print("| with the disk tier | {:.3f} | {:.3f} | {} of {} | {} |\n", p50_disk, p99_disk,
                disk_run.returning_cached, disk_run.returning_prompt, disk_run.returning_disk);
+    if (a.idle > 0) {
+      fmt::print("the {} idle conversations' first turns back: {} of {} prompt tokens from disk\n", a.idle,
+                 disk_run.idle_disk, disk_run.idle_prompt);
+    }
     fmt::print("speed-up: p50 {:.1f}x, p99 {:.1f}x; answers differing: {} of {}; errors: {}\n",
                out["speedup_p50"].get<double>(), out["speedup_p99"].get<double>(), differing, a.conversations * a.turns,
                errors);
     fmt::print("disk: {:.1f} bytes/token ({:.1f}/token/layer) vs dense fp16 {:.0f} ({:.2f}x fewer); {} values, "
-               "{} bytes held, data.mdb {} bytes; written {} bytes, read {} bytes\n",
+               "{} bytes held (budget {}), data.mdb {} bytes; written {} bytes, read {} bytes, {} values evicted\n",
                bytes.per_token, bytes.per_token / c.n_layers, fp16_per_token, out["fewer_bytes_than_fp16"].get<double>(),
-               stored_values, stored_bytes, file_bytes,
-               disk_run.metrics.disk.store.write_bytes_total, disk_run.metrics.disk.store.read_bytes_total);
+               stored_values, stored_bytes, a.disk_budget, file_bytes, disk_run.metrics.disk.store.write_bytes_total,
+               disk_run.metrics.disk.store.read_bytes_total, disk_run.metrics.disk.store.evictions_total);
   }
   return differing == 0 && errors == 0 ? 0 : 1;
 }
@@ -324,6 +360,10 @@ const CommandRegistration registration{"prefix-disk-bench", [](CLI::App& app) {
   app.add_option("--weights", a->weights, "weight type of a synthetic model")->capture_default_str();
   app.add_option("--cache", a->cache, "cache configuration (serve's default)")->capture_default_str();
   app.add_option("--prefix-disk", a->disk, "the disk tier's directory (default: a fresh one under /tmp, removed after)");
+  app.add_option("--prefix-disk-budget", a->disk_budget, "the disk tier's budget, e.g. 64MiB (serve's flag)")
+      ->capture_default_str();
+  app.add_option("--idle", a->idle, "conversations that go idle after their first turn and come back last")
+      ->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--conversations", a->conversations, "conversations")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--turns", a->turns, "turns per conversation")->capture_default_str()->check(CLI::Range(2, 1000));
   app.add_option("--first-tokens", a->first_tokens, "tokens of a conversation's first prompt")
