@@ -1,11 +1,13 @@
 // The disk tier (serve --prefix-disk): DiskPrefixStore on its own (values kept across a reopen,
-// one process per path, LRU within the byte budget across restarts, a value over the budget or a
-// refused one dropped), and under the scheduler on the kjv model: a prefix the prefix cache
-// evicts is written to disk and restored from it, also by a new server on the same path, with
-// the answer a server without prefix tiers gives; a damaged value on disk is refused, counted and
+// one process per path, LRU within the byte budget across restarts, superseded prefixes first, a
+// value over the budget or a refused one dropped), and under the scheduler on the kjv model: a
+// prefix the prefix cache evicts is written to disk and restored from it, also by a new server on
+// the same path, with the answer a server without prefix tiers gives; idle conversations keep
+// their prefixes under a budget that evicts; a damaged value on disk is refused, counted and
 // recomputed; a failing disk is a counted miss; the shared store is asked only for more than the
 // disk holds.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,6 +24,8 @@
 #include "server/prefix/prefix_store_disk.hpp"
 #include "server/scheduling/scheduler.hpp"
 #include "kjv_server_fixture.hpp"
+#include "skip_policy.hpp"
+#include "test_util.hpp"
 #include "turbokv/error.hpp"
 
 namespace turbokv::server {
@@ -165,6 +169,34 @@ TEST(DiskPrefixStore, ASupersededPrefixReadAgainIsKeptAgain) {
   store.put("d", value_of(v, 'd'));
   store.flush(10000);
   EXPECT_EQ(store.exists({"prompt", "answer", "c", "d"}), (std::vector<bool>{true, false, true, true}));
+}
+
+// The same through the scheduler and the tool: prefix-disk-bench's chat workload with three of
+// eight conversations idle after their first turn and a disk budget well under what the workload
+// writes. The idle conversations come back to every token an unbounded disk would give them
+// (plain LRU gave none: their values were the oldest), and every answer is the one computed
+// without the disk.
+TEST(DiskTier, IdleConversationsKeepTheirPrefixesUnderABudgetThatEvicts) {
+  const std::string tool = TURBOKV_TOOL_PATH;
+  if (tool.empty() || !std::filesystem::exists(tool)) TURBOKV_SKIP_MISSING() << "turbokv tool not built";
+  const auto bench = [&](const std::string& budget) {
+    const auto out = test::run_command(tool + " prefix-disk-bench --conversations 8 --idle 3 --turns 3"
+                                       " --first-tokens 128 --turn-tokens 32 --answer-tokens 8 --resident 2"
+                                       " --threads 2 --json --prefix-disk-budget " + budget);
+    EXPECT_EQ(out.status, 0) << out.text;
+    return nlohmann::json::parse(out.text, nullptr, false);
+  };
+  const auto unbounded = bench("64GiB"), tight = bench("2MiB");
+  ASSERT_FALSE(unbounded.is_discarded() || tight.is_discarded());
+  EXPECT_EQ(unbounded["disk_evictions"], 0);
+  EXPECT_GT(tight["disk_evictions"].get<int>(), 0) << "the budget must make the disk choose";
+  EXPECT_LT(tight["disk_stored_bytes"].get<double>(), 0.5 * unbounded["disk_stored_bytes"].get<double>());
+  EXPECT_GT(unbounded["idle_back_from_disk"].get<int>(), 0);
+  EXPECT_EQ(tight["idle_back_from_disk"], unbounded["idle_back_from_disk"]);
+  for (const auto* j : {&unbounded, &tight}) {
+    EXPECT_EQ((*j)["differing_answers"], 0);
+    EXPECT_EQ((*j)["errors"], 0);
+  }
 }
 
 TEST(DiskPrefixStore, AValueOverTheBudgetAndARefusedValueAreDropped) {
