@@ -24,7 +24,7 @@
 #include "server/http/api_server.hpp"
 #include "server/http/openai_request.hpp"
 #include "server/scheduling/scheduler.hpp"
-#include "kjv_server_fixture.hpp"
+#include "kjv_api_fixture.hpp"
 
 namespace turbokv::server {
 namespace {
@@ -45,26 +45,9 @@ SchedulerOptions scheduler_options() {
   return o;
 }
 
-// A scheduler and its HTTP front on 127.0.0.1, any free port; stopped by the destructor.
-struct Served {
-  explicit Served(HttpOptions http = {}) : scheduler(kjv().model, *kjv().tok, scheduler_options()), api(local(http)) {
-    port = api.listen();
-    api.attach({"kjv", &kjv().model, kjv().tok.get(), ChatFormat::plain, &scheduler});
-  }
-  ~Served() { api.shutdown(std::chrono::milliseconds(0)); }
-  static HttpOptions local(HttpOptions http) {
-    http.host = "127.0.0.1";
-    http.port = 0;
-    return http;
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  Scheduler scheduler;
-  ApiServer api;
-  int port = 0;
+// The kjv server of these tests: four sequences at a time.
+struct Served : test::ServedKjv {
+  explicit Served(HttpOptions http = {}) : ServedKjv(scheduler_options(), ChatFormat::plain, std::move(http)) {}
 };
 
 HttpOptions keyed(std::string key, bool metrics_public = false) {

@@ -15,7 +15,7 @@
 #include "server/http/api_server.hpp"
 #include "server/scheduling/scheduler.hpp"
 #include "server/text/reasoning.hpp"
-#include "kjv_server_fixture.hpp"
+#include "kjv_api_fixture.hpp"
 #include "serve_process.hpp"
 #include "skip_policy.hpp"
 
@@ -77,6 +77,12 @@ TEST(Reasoning, APromptThatEndsInsideThinkOpensTheReply) {
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
 }
 
+SchedulerOptions two_sequences() {
+  SchedulerOptions o = test::small_scheduler("turboquant:bits=4,window=32,sinks=1", 64 << 20);
+  o.parallel = 2;
+  return o;
+}
+
 // A thinking template: the generation prompt opens <think> unless enable_thinking is false.
 const char* kThinkingTemplate =
     "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
@@ -84,21 +90,11 @@ const char* kThinkingTemplate =
     "{% else %}<think>{% endif %}{% endif %}";
 
 TEST(Reasoning, TheServerAnswersReasoningContentAsLlamaServerDoes) {
-  const test::Kjv& kjv = test::kjv();
-  SchedulerOptions o = test::small_scheduler("turboquant:bits=4,window=32,sinks=1", 64 << 20);
-  o.parallel = 2;
-  Scheduler scheduler(kjv.model, *kjv.tok, o);
-  HttpOptions http;
-  http.host = "127.0.0.1";
-  http.port = 0;
-  ApiServer api(http);
-  const int port = api.listen();
   const ChatTemplate thinking = ChatTemplate::from_gguf(kThinkingTemplate, "", "");
   ASSERT_TRUE(thinking.is_jinja()) << thinking.fallback_reason();
   ASSERT_TRUE(thinking.thinks());
-  api.attach({"kjv", &kjv.model, kjv.tok.get(), thinking, &scheduler});
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(60, 0);
+  const test::ServedKjv served(two_sequences(), thinking);
+  httplib::Client client = served.client();
 
   json body = {{"messages", {{{"role", "user"}, {"content", "And God said"}}}}, {"max_tokens", 12}, {"temperature", 0}};
   auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
@@ -141,33 +137,22 @@ TEST(Reasoning, TheServerAnswersReasoningContentAsLlamaServerDoes) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(res->body.find("chat_template_kwargs"), std::string::npos);
-  api.shutdown(std::chrono::milliseconds(0));
 }
 
 TEST(Reasoning, AConversationTheTemplateRefusesIsA400WithItsMessage) {
-  const test::Kjv& kjv = test::kjv();
-  SchedulerOptions o = test::small_scheduler("turboquant:bits=4,window=32,sinks=1", 64 << 20);
-  o.parallel = 2;
-  Scheduler scheduler(kjv.model, *kjv.tok, o);
-  HttpOptions http;
-  http.host = "127.0.0.1";
-  http.port = 0;
-  ApiServer api(http);
-  const int port = api.listen();
   const ChatTemplate strict = ChatTemplate::from_gguf(
       "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
       "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
       "{{ m.content }}{% endfor %}",
       "", "");
   ASSERT_TRUE(strict.is_jinja()) << strict.fallback_reason();
-  api.attach({"kjv", &kjv.model, kjv.tok.get(), strict, &scheduler});
-  httplib::Client client("127.0.0.1", port);
+  const test::ServedKjv served(two_sequences(), strict);
+  httplib::Client client = served.client();
   const json body = {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}, {"max_tokens", 2}};
   const auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(res->body.find("Conversation roles must alternate"), std::string::npos) << res->body;
-  api.shutdown(std::chrono::milliseconds(0));
 }
 
 // The binary: `serve --chat-template-file` runs a template file for a model without one (here
