@@ -25,7 +25,10 @@ inline unsigned read_code(const uint8_t* group, int j, int bits) {
   return (word >> shift) & ((1u << bits) - 1u);
 }
 
-template <typename Key, typename Convert>
+// Fused: one fused multiply-add chain per score (over j) and per accumulator lane (over t),
+// the operations the blocked prefill SIMD kernels perform in their lanes (the prefill
+// reference); otherwise a multiply and an add, zero weights skipped (the decode kernels').
+template <bool Fused, typename Key, typename Convert>
 void dots_dense(const float* q, size_t q_stride, int rows, const Key* keys, size_t n, int dim,
                 float* scores, size_t ld, Convert convert) {
   for (size_t t = 0; t < n; ++t) {
@@ -33,22 +36,28 @@ void dots_dense(const float* q, size_t q_stride, int rows, const Key* keys, size
     for (int r = 0; r < rows; ++r) {
       const float* qr = q + r * q_stride;
       float dot = 0.0f;
-      for (int j = 0; j < dim; ++j) dot += qr[j] * convert(k[j]);
+      for (int j = 0; j < dim; ++j) {
+        if constexpr (Fused) dot = std::fma(qr[j], convert(k[j]), dot);
+        else dot += qr[j] * convert(k[j]);
+      }
       scores[r * ld + t] = dot;
     }
   }
 }
 
-template <typename Value, typename Convert>
+template <bool Fused, typename Value, typename Convert>
 void accumulate_dense(const float* w, size_t ld, int rows, const Value* values, size_t n, int dim,
                       float* acc, size_t acc_stride, Convert convert) {
   for (size_t t = 0; t < n; ++t) {
     const Value* v = values + t * dim;
     for (int r = 0; r < rows; ++r) {
       const float wt = w[r * ld + t];
-      if (wt == 0.0f) continue;
+      if (!Fused && wt == 0.0f) continue;
       float* a = acc + r * acc_stride;
-      for (int j = 0; j < dim; ++j) a[j] += wt * convert(v[j]);
+      for (int j = 0; j < dim; ++j) {
+        if constexpr (Fused) a[j] = std::fma(wt, convert(v[j]), a[j]);
+        else a[j] += wt * convert(v[j]);
+      }
     }
   }
 }
@@ -58,65 +67,35 @@ float convert_float(float f) { return f; }
 
 void dots_f16(const float* q, size_t q_stride, int rows, const uint16_t* keys, size_t n, int dim,
               float* scores, size_t ld) {
-  dots_dense(q, q_stride, rows, keys, n, dim, scores, ld, convert_half);
+  dots_dense<false>(q, q_stride, rows, keys, n, dim, scores, ld, convert_half);
 }
 void dots_f32(const float* q, size_t q_stride, int rows, const float* keys, size_t n, int dim,
               float* scores, size_t ld) {
-  dots_dense(q, q_stride, rows, keys, n, dim, scores, ld, convert_float);
+  dots_dense<false>(q, q_stride, rows, keys, n, dim, scores, ld, convert_float);
 }
 void accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n,
                     int dim, float* acc, size_t acc_stride) {
-  accumulate_dense(w, ld, rows, values, n, dim, acc, acc_stride, convert_half);
+  accumulate_dense<false>(w, ld, rows, values, n, dim, acc, acc_stride, convert_half);
 }
 void accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
                     float* acc, size_t acc_stride) {
-  accumulate_dense(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
+  accumulate_dense<false>(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
 }
-
-// The prefill reference: one fused multiply-add chain per score (over j) and per accumulator
-// lane (over t), the operations the blocked SIMD kernels perform in their lanes.
-template <typename Key, typename Convert>
-void prefill_dots(const float* q, size_t q_stride, int rows, const Key* keys, size_t n, int dim,
-                  float* scores, size_t ld, Convert convert) {
-  for (size_t t = 0; t < n; ++t) {
-    const Key* k = keys + t * dim;
-    for (int r = 0; r < rows; ++r) {
-      const float* qr = q + r * q_stride;
-      float dot = 0.0f;
-      for (int j = 0; j < dim; ++j) dot = std::fma(qr[j], convert(k[j]), dot);
-      scores[r * ld + t] = dot;
-    }
-  }
-}
-
-template <typename Value, typename Convert>
-void prefill_accumulate(const float* w, size_t ld, int rows, const Value* values, size_t n, int dim,
-                        float* acc, size_t acc_stride, Convert convert) {
-  for (size_t t = 0; t < n; ++t) {
-    const Value* v = values + t * dim;
-    for (int r = 0; r < rows; ++r) {
-      const float wt = w[r * ld + t];
-      float* a = acc + r * acc_stride;
-      for (int j = 0; j < dim; ++j) a[j] = std::fma(wt, convert(v[j]), a[j]);
-    }
-  }
-}
-
 void prefill_dots_f16(const float* q, size_t q_stride, int rows, const uint16_t* keys, size_t n, int dim,
                       float* scores, size_t ld) {
-  prefill_dots(q, q_stride, rows, keys, n, dim, scores, ld, convert_half);
+  dots_dense<true>(q, q_stride, rows, keys, n, dim, scores, ld, convert_half);
 }
 void prefill_dots_f32(const float* q, size_t q_stride, int rows, const float* keys, size_t n, int dim,
                       float* scores, size_t ld) {
-  prefill_dots(q, q_stride, rows, keys, n, dim, scores, ld, convert_float);
+  dots_dense<true>(q, q_stride, rows, keys, n, dim, scores, ld, convert_float);
 }
 void prefill_accumulate_f16(const float* w, size_t ld, int rows, const uint16_t* values, size_t n, int dim,
                             float* acc, size_t acc_stride) {
-  prefill_accumulate(w, ld, rows, values, n, dim, acc, acc_stride, convert_half);
+  accumulate_dense<true>(w, ld, rows, values, n, dim, acc, acc_stride, convert_half);
 }
 void prefill_accumulate_f32(const float* w, size_t ld, int rows, const float* values, size_t n, int dim,
                             float* acc, size_t acc_stride) {
-  prefill_accumulate(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
+  accumulate_dense<true>(w, ld, rows, values, n, dim, acc, acc_stride, convert_float);
 }
 
 void group_decode(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& group, float* out,
