@@ -26,7 +26,7 @@
 // the prepared query rows (keys) and accumulators (values), which the blocked prefill kernels
 // multiply by all the tile's rows; in int8 arithmetic the prefill_int8_* kernels do the same
 // with integer centroids (the 8-row kernels' sums, so the same results per row); decode tiles of
-// four rows or more take them too (see compressed_range_int8).
+// four rows or more take them too (see Int8Blocks).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -274,189 +274,6 @@ class TurboQuantSource : public BlockSource {
     }
   }
 
-  void compressed_range(int head, size_t begin, size_t end, Tile& tile) const {
-    if (int8_) {
-      compressed_range_int8(head, begin, end, tile);
-      return;
-    }
-    if (prefill_) {
-      compressed_range_prefill(head, begin, end, tile);
-      return;
-    }
-    const KernelTable& k = *tile.kernels;
-    const size_t kcs = key_layout_.code_size;
-    const size_t vcs = value_layout_.code_size;
-    float key_norm[kBlockTokens], value_norm[kBlockTokens], gamma[kBlockTokens];
-    const float* key_center = cache_.key_center(head);
-    const float* value_center = cache_.value_center(head);
-    float q_dot_center[kMaxRows] = {};
-    queries_dot_center(tile, key_center, q_dot_center);
-    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
-      const uint8_t* kr = block.keys;
-      const uint8_t* vr = block.values;
-      const size_t n = block.n;
-      const auto dots = [&](float* s) {
-        prefetch_half(next.keys, next.n * kcs, 0);
-        for (int g = 0; g < n_key_groups_; ++g) {
-          k.group_dots(tile.q + q_offset_[g], tile.q_width, tile.rows, kr, kcs, n, key_groups_[g],
-                       s, kBlockTokens, g > 0);
-        }
-        prefetch_half(next.keys, next.n * kcs, 1);
-        k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-        if (!qjl_) {
-          k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
-          return;
-        }
-        float* correction = tile.weights;
-        k.group_dots(tile.q + q_qjl_, tile.q_width, tile.rows, kr, kcs, n, qjl_group_, correction,
-                     kBlockTokens, false);
-        k.load_norms(kr + key_layout_.residual_norm_offset, kcs, n, key_layout_.fp32_norm, gamma);
-        for (size_t i = 0; i < n; ++i) gamma[i] *= qjl_coef_;
-        for (int r = 0; r < tile.rows; ++r) {
-          for (size_t i = 0; i < n; ++i) {
-            s[r * kBlockTokens + i] = s[r * kBlockTokens + i] * key_norm[i] +
-                                      gamma[i] * correction[r * kBlockTokens + i] + q_dot_center[r];
-          }
-        }
-      };
-      const auto accumulate = [&](const float* p) {
-        prefetch_half(next.values, next.n * vcs, 0);
-        k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
-        float* w = tile.weights;
-        for (int r = 0; r < tile.rows; ++r) {
-          for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
-        }
-        prefetch_half(next.values, next.n * vcs, 1);
-        add_value_center(tile, p, n, value_center);
-        for (int g = 0; g < n_value_groups_; ++g) {
-          k.group_accumulate(w, kBlockTokens, tile.rows, vr, vcs, n, value_groups_[g],
-                             tile.acc.data() + acc_offset_[g], tile.acc_width);
-        }
-      };
-      tile.step(n, block.first, dots, accumulate);
-    });
-  }
-
-  // The compressed tokens [begin, end) of a prefill tile: each block decoded once to centroid
-  // rows (key groups side by side as in the query rows, q_orig_ floats; value groups as in the
-  // accumulators, acc_orig_ floats), then the blocked prefill kernels.
-  void compressed_range_prefill(int head, size_t begin, size_t end, Tile& tile) const {
-    const KernelTable& k = *tile.kernels;
-    const size_t kcs = key_layout_.code_size;
-    const size_t vcs = value_layout_.code_size;
-    const int key_width = static_cast<int>(q_orig_), value_width = static_cast<int>(acc_orig_);
-    std::vector<float> decoded(static_cast<size_t>(kBlockTokens) * std::max(q_orig_, acc_orig_));
-    float key_norm[kBlockTokens], value_norm[kBlockTokens];
-    const float* key_center = cache_.key_center(head);
-    const float* value_center = cache_.value_center(head);
-    float q_dot_center[kPrefillRows] = {};
-    queries_dot_center(tile, key_center, q_dot_center);
-    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
-      const uint8_t* kr = block.keys;
-      const uint8_t* vr = block.values;
-      const size_t n = block.n;
-      const auto dots = [&](float* s) {
-        prefetch_half(next.keys, next.n * kcs, 0);
-        for (int g = 0; g < n_key_groups_; ++g) {
-          k.group_decode(kr, kcs, n, key_groups_[g], decoded.data() + q_offset_[g], q_orig_);
-        }
-        prefetch_half(next.keys, next.n * kcs, 1);
-        k.prefill_dots_f32(tile.q, tile.q_width, tile.rows, decoded.data(), n, key_width, s, kBlockTokens);
-        k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-        k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
-      };
-      const auto accumulate = [&](const float* p) {
-        prefetch_half(next.values, next.n * vcs, 0);
-        k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
-        float* w = tile.weights;
-        for (int r = 0; r < tile.rows; ++r) {
-          for (size_t i = 0; i < n; ++i) w[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
-        }
-        prefetch_half(next.values, next.n * vcs, 1);
-        add_value_center(tile, p, n, value_center);
-        for (int g = 0; g < n_value_groups_; ++g) {
-          k.group_decode(vr, vcs, n, value_groups_[g], decoded.data() + acc_offset_[g], acc_orig_);
-        }
-        k.prefill_accumulate_f32(w, kBlockTokens, tile.rows, decoded.data(), n, value_width, tile.acc.data(),
-                                 tile.acc_width);
-      };
-      tile.step(n, block.first, dots, accumulate);
-    });
-  }
-
-  // The compressed tokens [begin, end) with the integer kernels (mse keys only).
-  void compressed_range_int8(int head, size_t begin, size_t end, Tile& tile) const {
-    const KernelTable& k = *tile.kernels;
-    const size_t kcs = key_layout_.code_size;
-    const size_t vcs = value_layout_.code_size;
-    float key_norm[kBlockTokens], value_norm[kBlockTokens];
-    alignas(32) uint8_t w8[kPrefillRows * kBlockTokens];
-    alignas(32) uint16_t w16[kPrefillRows * kBlockTokens];
-    float key_scale[2][kPrefillRows], value_scale[2][kPrefillRows], weight_scale[kPrefillRows],
-        weight_scale16[kPrefillRows];
-    // A decode step's tile (one query per head: the GQA group's rows) also takes the tile
-    // kernels from four rows on: decoding and transposing a block once for four rows beats the
-    // 8-row kernels' per-token reductions (attention-bench at 32K, head_dim 64 and 128, four rows:
-    // int8 / fused exact 0.84-0.89 against 0.86-1.06); for one row it does not (1.07 against 1.01).
-    const bool tiles = prefill_ || tile.rows >= 4;
-    const auto int8_dots = tiles ? k.prefill_int8_dots : k.int8_dots;
-    const auto int8_accumulate = tiles ? k.prefill_int8_accumulate : k.int8_accumulate;
-    const float* key_center = cache_.key_center(head);
-    const float* value_center = cache_.value_center(head);
-    float q_dot_center[kPrefillRows] = {};
-    queries_dot_center(tile, key_center, q_dot_center);
-    for (int r = 0; r < tile.rows; ++r) {
-      for (int g = 0; g < n_key_groups_; ++g) key_scale[g][r] = tile.q[r * tile.q_width + q_scale_[g]];
-    }
-    const size_t q_stride = tile.q_width * sizeof(float);
-    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
-      const uint8_t* kr = block.keys;
-      const uint8_t* vr = block.values;
-      const size_t n = block.n;
-      const auto dots = [&](float* s) {
-        prefetch_half(next.keys, next.n * kcs, 0);
-        for (int g = 0; g < n_key_groups_; ++g) {
-          if (wide_group(key_groups_[g].bits)) {
-            k.int16_dots(reinterpret_cast<const int16_t*>(tile.q + q_offset_[g]), q_stride / 2, tile.rows,
-                         key_scale[g], kr, kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
-          } else {
-            int8_dots(reinterpret_cast<const int8_t*>(tile.q + q_offset_[g]), q_stride, tile.rows, key_scale[g], kr,
-                      kcs, n, key_groups_[g], s, kBlockTokens, g > 0);
-          }
-        }
-        prefetch_half(next.keys, next.n * kcs, 1);
-        k.load_norms(kr + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
-        k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
-      };
-      const auto accumulate = [&](const float* p) {
-        prefetch_half(next.values, next.n * vcs, 0);
-        k.load_norms(vr + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
-        if (value_narrow_) {
-          k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, k.int8_weight_levels, w8, weight_scale);
-        }
-        if (value_wide_) k.int16_weights(p, kBlockTokens, tile.rows, value_norm, n, w16, weight_scale16);
-        for (int r = 0; r < tile.rows; ++r) {
-          for (int g = 0; g < n_value_groups_; ++g) {
-            const float ws = wide_group(value_groups_[g].bits) ? weight_scale16[r] : weight_scale[r];
-            value_scale[g][r] = ws * value_int8_scale_[g];
-          }
-        }
-        prefetch_half(next.values, next.n * vcs, 1);
-        add_value_center(tile, p, n, value_center);
-        for (int g = 0; g < n_value_groups_; ++g) {
-          if (wide_group(value_groups_[g].bits)) {
-            k.int16_accumulate(w16, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
-                               tile.acc.data() + acc_offset_[g], tile.acc_width);
-          } else {
-            int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], vr, vcs, n, value_groups_[g],
-                            tile.acc.data() + acc_offset_[g], tile.acc_width);
-          }
-        }
-      };
-      tile.step(n, block.first, dots, accumulate);
-    });
-  }
-
   // One block of compressed tokens of a page: n records of keys and of values from token `first`.
   struct Block {
     const uint8_t* keys = nullptr;
@@ -464,6 +281,219 @@ class TurboQuantSource : public BlockSource {
     size_t n = 0;
     size_t first = 0;
   };
+
+  // The compressed tokens [begin, end): the block pipeline, one for every arithmetic. For each
+  // block: the key products into the scores, the key norms, the softmax (tile.step), the value
+  // weights, the value products; the next block's keys and values prefetched in halves between
+  // the phases (for_each_block). `Arithmetic` supplies the four arithmetic-specific parts:
+  // keys(block, s), scale(block, s, key_norm, q_dot_center), weights(p, n, value_norm) and
+  // values(block) (ExactBlocks, PrefillBlocks, Int8Blocks below).
+  void compressed_range(int head, size_t begin, size_t end, Tile& tile) const {
+    if (int8_) {
+      Int8Blocks arithmetic(*this, tile);
+      compressed_blocks(head, begin, end, tile, arithmetic);
+    } else if (prefill_) {
+      PrefillBlocks arithmetic(*this, tile);
+      compressed_blocks(head, begin, end, tile, arithmetic);
+    } else {
+      ExactBlocks arithmetic(*this, tile);
+      compressed_blocks(head, begin, end, tile, arithmetic);
+    }
+  }
+
+  template <typename Arithmetic>
+  void compressed_blocks(int head, size_t begin, size_t end, Tile& tile, Arithmetic& arithmetic) const {
+    const KernelTable& k = *tile.kernels;
+    const size_t kcs = key_layout_.code_size;
+    const size_t vcs = value_layout_.code_size;
+    float key_norm[kBlockTokens], value_norm[kBlockTokens];
+    const float* value_center = cache_.value_center(head);
+    float q_dot_center[kPrefillRows] = {};
+    queries_dot_center(tile, cache_.key_center(head), q_dot_center);
+    for_each_block(head, begin, end, [&](const Block& block, const Block& next) {
+      const size_t n = block.n;
+      const auto dots = [&](float* s) {
+        prefetch_half(next.keys, next.n * kcs, 0);
+        arithmetic.keys(block, s);
+        prefetch_half(next.keys, next.n * kcs, 1);
+        k.load_norms(block.keys + key_layout_.norm_offset, kcs, n, key_layout_.fp32_norm, key_norm);
+        arithmetic.scale(block, s, key_norm, q_dot_center);
+      };
+      const auto accumulate = [&](const float* p) {
+        prefetch_half(next.values, next.n * vcs, 0);
+        k.load_norms(block.values + value_layout_.norm_offset, vcs, n, value_layout_.fp32_norm, value_norm);
+        arithmetic.weights(p, n, value_norm);
+        prefetch_half(next.values, next.n * vcs, 1);
+        add_value_center(tile, p, n, value_center);
+        arithmetic.values(block);
+      };
+      tile.step(n, block.first, dots, accumulate);
+    });
+  }
+
+  // Float kernels straight over the codes (a decode step's tile; QJL keys in any call).
+  struct ExactBlocks {
+    const TurboQuantSource& src;
+    Tile& tile;
+    ExactBlocks(const TurboQuantSource& source, Tile& t) : src(source), tile(t) {}
+
+    void keys(const Block& b, float* s) const {
+      for (int g = 0; g < src.n_key_groups_; ++g) {
+        tile.kernels->group_dots(tile.q + src.q_offset_[g], tile.q_width, tile.rows, b.keys,
+                                 src.key_layout_.code_size, b.n, src.key_groups_[g], s, kBlockTokens, g > 0);
+      }
+    }
+    // score = s_k <q, c> (+ gamma_k sqrt(pi/2)/d <S q, sign_k> for QJL keys) + <q, mean_k>.
+    void scale(const Block& b, float* s, const float* key_norm, const float* q_dot_center) const {
+      const KernelTable& k = *tile.kernels;
+      const size_t n = b.n;
+      if (!src.qjl_) {
+        k.scale_scores(s, kBlockTokens, tile.rows, n, key_norm, q_dot_center);
+        return;
+      }
+      float* correction = tile.weights;  // free until the softmax fills it
+      float gamma[kBlockTokens];
+      const size_t kcs = src.key_layout_.code_size;
+      k.group_dots(tile.q + src.q_qjl_, tile.q_width, tile.rows, b.keys, kcs, n, src.qjl_group_, correction,
+                   kBlockTokens, false);
+      k.load_norms(b.keys + src.key_layout_.residual_norm_offset, kcs, n, src.key_layout_.fp32_norm, gamma);
+      for (size_t i = 0; i < n; ++i) gamma[i] *= src.qjl_coef_;
+      for (int r = 0; r < tile.rows; ++r) {
+        for (size_t i = 0; i < n; ++i) {
+          s[r * kBlockTokens + i] =
+              s[r * kBlockTokens + i] * key_norm[i] + gamma[i] * correction[r * kBlockTokens + i] + q_dot_center[r];
+        }
+      }
+    }
+    void weights(const float* p, size_t n, const float* value_norm) const {
+      scale_weights(tile, p, n, value_norm);
+    }
+    void values(const Block& b) const {
+      for (int g = 0; g < src.n_value_groups_; ++g) {
+        tile.kernels->group_accumulate(tile.weights, kBlockTokens, tile.rows, b.values, src.value_layout_.code_size,
+                                       b.n, src.value_groups_[g], tile.acc.data() + src.acc_offset_[g],
+                                       tile.acc_width);
+      }
+    }
+  };
+
+  // Prefill tiles in float: each block's codes decoded once to centroid rows (key groups side
+  // by side as in the query rows, q_orig_ floats; value groups as in the accumulators, acc_orig_
+  // floats), then the blocked prefill kernels.
+  struct PrefillBlocks {
+    const TurboQuantSource& src;
+    Tile& tile;
+    std::vector<float> decoded;
+    PrefillBlocks(const TurboQuantSource& source, Tile& t)
+        : src(source), tile(t), decoded(static_cast<size_t>(kBlockTokens) * std::max(source.q_orig_, source.acc_orig_)) {}
+
+    void keys(const Block& b, float* s) {
+      const KernelTable& k = *tile.kernels;
+      for (int g = 0; g < src.n_key_groups_; ++g) {
+        k.group_decode(b.keys, src.key_layout_.code_size, b.n, src.key_groups_[g], decoded.data() + src.q_offset_[g],
+                       src.q_orig_);
+      }
+      k.prefill_dots_f32(tile.q, tile.q_width, tile.rows, decoded.data(), b.n, static_cast<int>(src.q_orig_), s,
+                         kBlockTokens);
+    }
+    void scale(const Block& b, float* s, const float* key_norm, const float* q_dot_center) const {
+      tile.kernels->scale_scores(s, kBlockTokens, tile.rows, b.n, key_norm, q_dot_center);
+    }
+    void weights(const float* p, size_t n, const float* value_norm) const {
+      scale_weights(tile, p, n, value_norm);
+    }
+    void values(const Block& b) {
+      const KernelTable& k = *tile.kernels;
+      for (int g = 0; g < src.n_value_groups_; ++g) {
+        k.group_decode(b.values, src.value_layout_.code_size, b.n, src.value_groups_[g],
+                       decoded.data() + src.acc_offset_[g], src.acc_orig_);
+      }
+      k.prefill_accumulate_f32(tile.weights, kBlockTokens, tile.rows, decoded.data(), b.n,
+                               static_cast<int>(src.acc_orig_), tile.acc.data(), tile.acc_width);
+    }
+  };
+
+  // The integer kernels (mse keys only): int8 query rows against integer centroids, the value
+  // weights as 7-bit (12-bit for 8-bit groups) integers per row and block.
+  struct Int8Blocks {
+    const TurboQuantSource& src;
+    Tile& tile;
+    // A decode step's tile (one query per head: the GQA group's rows) also takes the tile
+    // kernels from four rows on: decoding and transposing a block once for four rows beats the
+    // 8-row kernels' per-token reductions (attention-bench at 32K, head_dim 64 and 128, four
+    // rows: int8 / fused exact 0.84-0.89 against 0.86-1.06); for one row it does not (1.07
+    // against 1.01).
+    bool tiles;
+    decltype(KernelTable::int8_dots) int8_dots;
+    decltype(KernelTable::int8_accumulate) int8_accumulate;
+    size_t q_stride;
+    float key_scale[2][kPrefillRows], value_scale[2][kPrefillRows];
+    float weight_scale[kPrefillRows], weight_scale16[kPrefillRows];
+    alignas(32) uint8_t w8[kPrefillRows * kBlockTokens];
+    alignas(32) uint16_t w16[kPrefillRows * kBlockTokens];
+
+    Int8Blocks(const TurboQuantSource& source, Tile& t)
+        : src(source),
+          tile(t),
+          tiles(source.prefill_ || t.rows >= 4),
+          int8_dots(tiles ? t.kernels->prefill_int8_dots : t.kernels->int8_dots),
+          int8_accumulate(tiles ? t.kernels->prefill_int8_accumulate : t.kernels->int8_accumulate),
+          q_stride(t.q_width * sizeof(float)) {
+      for (int r = 0; r < tile.rows; ++r) {
+        for (int g = 0; g < src.n_key_groups_; ++g) key_scale[g][r] = tile.q[r * tile.q_width + src.q_scale_[g]];
+      }
+    }
+
+    void keys(const Block& b, float* s) const {
+      const size_t kcs = src.key_layout_.code_size;
+      for (int g = 0; g < src.n_key_groups_; ++g) {
+        const float* q = tile.q + src.q_offset_[g];
+        if (wide_group(src.key_groups_[g].bits)) {
+          tile.kernels->int16_dots(reinterpret_cast<const int16_t*>(q), q_stride / 2, tile.rows, key_scale[g],
+                                   b.keys, kcs, b.n, src.key_groups_[g], s, kBlockTokens, g > 0);
+        } else {
+          int8_dots(reinterpret_cast<const int8_t*>(q), q_stride, tile.rows, key_scale[g], b.keys, kcs, b.n,
+                    src.key_groups_[g], s, kBlockTokens, g > 0);
+        }
+      }
+    }
+    void scale(const Block& b, float* s, const float* key_norm, const float* q_dot_center) const {
+      tile.kernels->scale_scores(s, kBlockTokens, tile.rows, b.n, key_norm, q_dot_center);
+    }
+    void weights(const float* p, size_t n, const float* value_norm) {
+      const KernelTable& k = *tile.kernels;
+      if (src.value_narrow_) {
+        k.int8_weights(p, kBlockTokens, tile.rows, value_norm, n, k.int8_weight_levels, w8, weight_scale);
+      }
+      if (src.value_wide_) k.int16_weights(p, kBlockTokens, tile.rows, value_norm, n, w16, weight_scale16);
+      for (int r = 0; r < tile.rows; ++r) {
+        for (int g = 0; g < src.n_value_groups_; ++g) {
+          const float ws = wide_group(src.value_groups_[g].bits) ? weight_scale16[r] : weight_scale[r];
+          value_scale[g][r] = ws * src.value_int8_scale_[g];
+        }
+      }
+    }
+    void values(const Block& b) const {
+      const size_t vcs = src.value_layout_.code_size;
+      for (int g = 0; g < src.n_value_groups_; ++g) {
+        float* acc = tile.acc.data() + src.acc_offset_[g];
+        if (wide_group(src.value_groups_[g].bits)) {
+          tile.kernels->int16_accumulate(w16, kBlockTokens, tile.rows, value_scale[g], b.values, vcs, b.n,
+                                         src.value_groups_[g], acc, tile.acc_width);
+        } else {
+          int8_accumulate(w8, kBlockTokens, tile.rows, value_scale[g], b.values, vcs, b.n, src.value_groups_[g], acc,
+                          tile.acc_width);
+        }
+      }
+    }
+  };
+
+  // The float paths' value weights: softmax weight times value norm, into tile.weights.
+  static void scale_weights(Tile& tile, const float* p, size_t n, const float* value_norm) {
+    for (int r = 0; r < tile.rows; ++r) {
+      for (size_t i = 0; i < n; ++i) tile.weights[r * kBlockTokens + i] = p[r * kBlockTokens + i] * value_norm[i];
+    }
+  }
 
   // Calls fn(block, next) for each block of at most kBlockTokens compressed tokens of
   // [begin, end) (absolute positions) within one page; next is the block after it (n = 0 after
