@@ -28,6 +28,7 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 inline std::vector<const attn::KernelTable*> all_kernel_tables() {
   std::vector<const attn::KernelTable*> t{&attn::scalar_kernel_table()};
   if (const attn::KernelTable* k = attn::avx2_kernel_table()) t.push_back(k);
+  if (const attn::KernelTable* k = attn::avx_vnni_kernel_table()) t.push_back(k);
   if (const attn::KernelTable* k = attn::vnni_kernel_table()) t.push_back(k);
   return t;
 }

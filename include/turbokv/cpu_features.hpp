@@ -69,4 +69,21 @@ inline bool cpu_has_avx512_vnni_vbmi_bw() {
 #endif
 }
 
+// True when, besides AVX2/FMA/F16C, the CPU has AVX-VNNI: vpdpbusd on 256-bit registers in the
+// VEX encoding (Alder Lake and later Intel cores, Zen 5), which needs no AVX-512 state; the
+// client CPUs that have it mostly lack AVX-512.
+inline bool cpu_has_avx_vnni() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool supported = [] {
+    if (!cpu_has_avx2_fma_f16c()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+    return (a & (1u << 4)) != 0;  // CPUID.(7,1):EAX[4] AVX-VNNI
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
 }  // namespace turbokv

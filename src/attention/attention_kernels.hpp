@@ -194,10 +194,15 @@ inline bool int8_group_supported(int bits, int dims) {
 const KernelTable& scalar_kernel_table();
 // nullptr when the build or the CPU lacks AVX2/FMA/F16C.
 const KernelTable* avx2_kernel_table();
-// The AVX2 table with vpdpbusd integer kernels (AVX512-VNNI on 256-bit registers); nullptr when
+// The AVX2 table with AVX-VNNI's vpdpbusd (VEX, 256-bit) in its integer kernels; nullptr when
 // the CPU lacks it. Same results as the AVX2 table, bit for bit.
+const KernelTable* avx_vnni_kernel_table();
+// The AVX2 table with AVX-512 VNNI/VBMI integer kernels and the blocked AVX-512 prefill kernels;
+// nullptr when the CPU lacks them.
 const KernelTable* vnni_kernel_table();
-// The fastest table this CPU supports (chosen once; TURBOKV_NO_VNNI=1 skips the VNNI table).
+// The fastest table this CPU supports (chosen once): VNNI, else AVX-VNNI, else AVX2, else scalar.
+// TURBOKV_NO_VNNI=1 skips both VNNI tables (the AVX2 table), TURBOKV_NO_AVX512=1 the AVX-512 one
+// (the AVX-VNNI table where the CPU has it: how an AVX-512 machine times an Alder Lake's).
 const KernelTable& best_kernel_table();
 
 // Which table the public attend() uses; tests force one to compare targets. nullptr: best.

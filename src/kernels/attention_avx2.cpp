@@ -899,7 +899,7 @@ void prefill_accumulate_f32(const float* w, size_t ld, int rows, const float* va
   else accumulate_f32(w, ld, rows, values, n, dim, acc, as);
 }
 
-// The integer kernels come from attention_int8_avx2.cpp / attention_int8_vnni.cpp; vbmi: the
+// The integer kernels come from attention_int8_avx2.cpp, _avx_vnni.cpp or _vnni.cpp; vbmi: the
 // VNNI table (AVX-512 BW/VBMI CPUs), which also takes the blocked AVX-512 prefill kernels.
 KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
   // int8.order: the VNNI build decodes 3-bit codes in another order than the AVX2 one.
@@ -933,6 +933,12 @@ const KernelTable* avx2_kernel_table() {
   return &table;
 }
 
+const KernelTable* avx_vnni_kernel_table() {
+  if (!cpu_has_avx_vnni()) return nullptr;
+  static const KernelTable table = make_table("avx2+avx-vnni", int8_kernels_avx_vnni(), false);
+  return &table;
+}
+
 const KernelTable* vnni_kernel_table() {
   if (!cpu_has_avx2_fma_f16c() || !cpu_has_avx512_vnni_vbmi_bw()) return nullptr;
   static const KernelTable table = make_table("avx2+vnni", int8_kernels_vnni(), true);
@@ -945,6 +951,13 @@ const KernelTable* vnni_kernel_table() {
 
 namespace turbokv::attn {
 const KernelTable* avx2_kernel_table() { return nullptr; }
+const KernelTable* avx_vnni_kernel_table() { return nullptr; }
+const KernelTable* avx_vnni_kernel_table() {
+  if (!cpu_has_avx_vnni()) return nullptr;
+  static const KernelTable table = make_table("avx2+avx-vnni", int8_kernels_avx_vnni(), false);
+  return &table;
+}
+
 const KernelTable* vnni_kernel_table() { return nullptr; }
 }  // namespace turbokv::attn
 

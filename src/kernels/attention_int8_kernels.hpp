@@ -1,6 +1,6 @@
 // The kernels the SIMD tables (attention_avx2.cpp) take from other translation units: the
 // integer kernels and their orders of coordinates (attention_int8_avx2.cpp,
-// attention_int8_vnni.cpp, attention_int8_orders.cpp) and the VBMI decode of 8-bit codes
+// attention_int8_avx_vnni.cpp, attention_int8_vnni.cpp, attention_int8_orders.cpp) and the VBMI decode of 8-bit codes
 // (attention_codes8_vbmi.cpp).
 #pragma once
 
@@ -28,6 +28,7 @@ struct Int8Kernels {
 
 // Only on x86-64 GCC/Clang builds; callers check the CPU first.
 const Int8Kernels& int8_kernels_avx2();
+const Int8Kernels& int8_kernels_avx_vnni();
 const Int8Kernels& int8_kernels_vnni();
 
 // KernelTable::int8_order of the SIMD tables: keys in the order the code decoders produce,

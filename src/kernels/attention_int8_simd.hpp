@@ -1,6 +1,7 @@
 // The integer attention kernels (KernelTable::int8_dots / int8_accumulate), written once and
-// compiled twice: by attention_int8_avx2.cpp (AVX2: maddubs + madd) and attention_int8_vnni.cpp
-// (vpdpbusd). The including file defines TURBOKV_INT8_VNNI (0 or 1), includes <immintrin.h>,
+// compiled three times: by attention_int8_avx2.cpp (AVX2: maddubs + madd),
+// attention_int8_avx_vnni.cpp (the same kernels, AVX-VNNI's vpdpbusd for the product: it defines
+// TURBOKV_INT8_AVX_VNNI) and attention_int8_vnni.cpp (AVX-512 VNNI/VBMI). The including file defines TURBOKV_INT8_VNNI (0 or 1), includes <immintrin.h>,
 // <cstring> and attention_kernels.hpp, opens its target region and includes this file inside
 // `namespace turbokv::attn { namespace {` so each copy stays local to its translation unit.
 //
@@ -113,6 +114,8 @@ TKV_INLINE __m256i table16(const int8_t* table, bool offset) {
 TKV_INLINE __m256i dot_u8s8(__m256i acc, __m256i a, __m256i b) {
 #if TURBOKV_INT8_VNNI
   return _mm256_dpbusd_epi32(acc, a, b);
+#elif defined(TURBOKV_INT8_AVX_VNNI)
+  return _mm256_dpbusd_avx_epi32(acc, a, b);
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
 #endif

@@ -307,8 +307,12 @@ const KernelTable& scalar_kernel_table() {
 
 const KernelTable& best_kernel_table() {
   static const KernelTable* best = [] {
-    const KernelTable* vnni = std::getenv("TURBOKV_NO_VNNI") == nullptr ? vnni_kernel_table() : nullptr;
+    const bool no_vnni = std::getenv("TURBOKV_NO_VNNI") != nullptr;
+    const bool no_avx512 = std::getenv("TURBOKV_NO_AVX512") != nullptr;
+    const KernelTable* vnni = no_vnni || no_avx512 ? nullptr : vnni_kernel_table();
     if (vnni != nullptr) return vnni;
+    const KernelTable* avx_vnni = no_vnni ? nullptr : avx_vnni_kernel_table();
+    if (avx_vnni != nullptr) return avx_vnni;
     const KernelTable* avx2 = avx2_kernel_table();
     return avx2 != nullptr ? avx2 : &scalar_kernel_table();
   }();

@@ -39,6 +39,7 @@ using turbokv::attn::KernelTable;
 std::vector<const KernelTable*> simd_tables() {
   std::vector<const KernelTable*> t;
   if (const KernelTable* k = turbokv::attn::avx2_kernel_table()) t.push_back(k);
+  if (const KernelTable* k = turbokv::attn::avx_vnni_kernel_table()) t.push_back(k);
   if (const KernelTable* k = turbokv::attn::vnni_kernel_table()) t.push_back(k);
   return t;
 }

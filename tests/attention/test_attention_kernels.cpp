@@ -25,6 +25,7 @@ using turbokv::attn::KernelTable;
 std::vector<const KernelTable*> simd_tables() {
   std::vector<const KernelTable*> t;
   if (turbokv::attn::avx2_kernel_table() != nullptr) t.push_back(turbokv::attn::avx2_kernel_table());
+  if (turbokv::attn::avx_vnni_kernel_table() != nullptr) t.push_back(turbokv::attn::avx_vnni_kernel_table());
   if (turbokv::attn::vnni_kernel_table() != nullptr) t.push_back(turbokv::attn::vnni_kernel_table());
   return t;
 }

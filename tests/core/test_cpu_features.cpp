@@ -18,4 +18,15 @@ TEST(CpuFeatures, AgreesWithCompilerBuiltin) {
 
 TEST(CpuFeatures, AttentionTableFollowsTheCheck) {
   EXPECT_EQ(turbokv::attn::avx2_kernel_table() != nullptr, turbokv::cpu_has_avx2_fma_f16c());
+  EXPECT_EQ(turbokv::attn::avx_vnni_kernel_table() != nullptr, turbokv::cpu_has_avx_vnni());
+}
+
+// AVX-VNNI against the compiler's own check (GCC 11 and later know the name).
+TEST(CpuFeatures, AvxVnniAgreesWithCompilerBuiltin) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+  __builtin_cpu_init();
+  EXPECT_EQ(turbokv::cpu_has_avx_vnni(), __builtin_cpu_supports("avxvnni") != 0);
+#else
+  GTEST_SKIP() << "no GCC __builtin_cpu_supports(\"avxvnni\") to compare with";
+#endif
 }

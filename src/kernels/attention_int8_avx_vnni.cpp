@@ -1,0 +1,49 @@
+// The integer attention kernels (attention_int8_simd.hpp) for AVX2 CPUs with AVX-VNNI (Alder
+// Lake and later Intel cores without AVX-512): the AVX2 build's kernels, orders and limits, with
+// each maddubs + madd + add replaced by one VEX vpdpbusd. The AVX2 callers keep every maddubs
+// pair within 32767, so the sums, and the results, are the AVX2 table's bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention/attention_kernels.hpp"
+#include "kernels/attention_int8_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+#endif
+
+namespace turbokv::attn {
+namespace {
+#define TURBOKV_INT8_VNNI 0
+#define TURBOKV_INT8_AVX_VNNI 1
+#include "kernels/attention_int8_simd.hpp"
+#undef TURBOKV_INT8_AVX_VNNI
+#undef TURBOKV_INT8_VNNI
+}  // namespace
+
+const Int8Kernels& int8_kernels_avx_vnni() {
+  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights, int8_avx2_order,
+                                   nullptr,   nullptr,         nullptr,      nullptr,
+                                   kInt8WeightLevels,
+                                   prefill_int8_dots, prefill_int8_accumulate};
+  return kernels;
+}
+
+}  // namespace turbokv::attn
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
