@@ -952,12 +952,6 @@ const KernelTable* vnni_kernel_table() {
 namespace turbokv::attn {
 const KernelTable* avx2_kernel_table() { return nullptr; }
 const KernelTable* avx_vnni_kernel_table() { return nullptr; }
-const KernelTable* avx_vnni_kernel_table() {
-  if (!cpu_has_avx_vnni()) return nullptr;
-  static const KernelTable table = make_table("avx2+avx-vnni", int8_kernels_avx_vnni(), false);
-  return &table;
-}
-
 const KernelTable* vnni_kernel_table() { return nullptr; }
 }  // namespace turbokv::attn
 

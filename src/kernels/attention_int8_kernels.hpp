@@ -1,7 +1,7 @@
 // The kernels the SIMD tables (attention_avx2.cpp) take from other translation units: the
 // integer kernels and their orders of coordinates (attention_int8_avx2.cpp,
-// attention_int8_avx_vnni.cpp, attention_int8_vnni.cpp, attention_int8_orders.cpp) and the VBMI decode of 8-bit codes
-// (attention_codes8_vbmi.cpp).
+// attention_int8_avx_vnni.cpp, attention_int8_vnni.cpp, attention_int8_orders.cpp) and the VBMI
+// decode of 8-bit codes (attention_codes8_vbmi.cpp).
 #pragma once
 
 #include <cstdint>

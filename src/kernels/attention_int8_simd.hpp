@@ -1,8 +1,9 @@
 // The integer attention kernels (KernelTable::int8_dots / int8_accumulate), written once and
 // compiled three times: by attention_int8_avx2.cpp (AVX2: maddubs + madd),
-// attention_int8_avx_vnni.cpp (the same kernels, AVX-VNNI's vpdpbusd for the product: it defines
-// TURBOKV_INT8_AVX_VNNI) and attention_int8_vnni.cpp (AVX-512 VNNI/VBMI). The including file defines TURBOKV_INT8_VNNI (0 or 1), includes <immintrin.h>,
-// <cstring> and attention_kernels.hpp, opens its target region and includes this file inside
+// attention_int8_avx_vnni.cpp (the same kernels, AVX-VNNI's vpdpbusd for the product: it also
+// defines TURBOKV_INT8_AVX_VNNI) and attention_int8_vnni.cpp (AVX-512 VNNI/VBMI). The including
+// file defines TURBOKV_INT8_VNNI (0 or 1), includes <immintrin.h>, <cstring> and
+// attention_kernels.hpp, opens its target region and includes this file inside
 // `namespace turbokv::attn { namespace {` so each copy stays local to its translation unit.
 //
 // Why integers: decoding a code to a float centroid costs shuffles per 8 codes and every code
