@@ -198,7 +198,7 @@ const KernelTable* avx2_kernel_table();
 // the CPU lacks it. Same results as the AVX2 table, bit for bit.
 const KernelTable* avx_vnni_kernel_table();
 // The AVX2 table with AVX-512 VNNI/VBMI integer kernels and the blocked AVX-512 prefill kernels;
-// nullptr when the CPU lacks them.
+// nullptr when the CPU lacks them. Its int8 results are the AVX2 table's too, bit for bit.
 const KernelTable* vnni_kernel_table();
 // The fastest table this CPU supports (chosen once): VNNI, else AVX-VNNI, else AVX2, else scalar.
 // TURBOKV_NO_VNNI=1 skips both VNNI tables (the AVX2 table), TURBOKV_NO_AVX512=1 the AVX-512 one
