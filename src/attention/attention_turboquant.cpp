@@ -418,12 +418,6 @@ class TurboQuantSource : public BlockSource {
   struct Int8Blocks {
     const TurboQuantSource& src;
     Tile& tile;
-    // A decode step's tile (one query per head: the GQA group's rows) also takes the tile
-    // kernels from four rows on: decoding and transposing a block once for four rows beats the
-    // 8-row kernels' per-token reductions (attention-bench at 32K, head_dim 64 and 128, four
-    // rows: int8 / fused exact 0.84-0.89 against 0.86-1.06); for one row it does not (1.07
-    // against 1.01).
-    bool tiles;
     decltype(KernelTable::int8_dots) int8_dots;
     decltype(KernelTable::int8_accumulate) int8_accumulate;
     size_t q_stride;
@@ -435,14 +429,20 @@ class TurboQuantSource : public BlockSource {
     Int8Blocks(const TurboQuantSource& source, Tile& t)
         : src(source),
           tile(t),
-          tiles(source.prefill_ || t.rows >= 4),
-          int8_dots(tiles ? t.kernels->prefill_int8_dots : t.kernels->int8_dots),
-          int8_accumulate(tiles ? t.kernels->prefill_int8_accumulate : t.kernels->int8_accumulate),
+          int8_dots(takes_tiles(source, t) ? t.kernels->prefill_int8_dots : t.kernels->int8_dots),
+          int8_accumulate(takes_tiles(source, t) ? t.kernels->prefill_int8_accumulate : t.kernels->int8_accumulate),
           q_stride(t.q_width * sizeof(float)) {
       for (int r = 0; r < tile.rows; ++r) {
         for (int g = 0; g < src.n_key_groups_; ++g) key_scale[g][r] = tile.q[r * tile.q_width + src.q_scale_[g]];
       }
     }
+
+    // A decode step's tile (one query per head: the GQA group's rows) also takes the tile
+    // kernels from four rows on: decoding and transposing a block once for four rows beats the
+    // 8-row kernels' per-token reductions (attention-bench at 32K, head_dim 64 and 128, four
+    // rows: int8 / fused exact 0.84-0.89 against 0.86-1.06); for one row it does not (1.07
+    // against 1.01).
+    static bool takes_tiles(const TurboQuantSource& source, const Tile& t) { return source.prefill_ || t.rows >= 4; }
 
     void keys(const Block& b, float* s) const {
       const size_t kcs = src.key_layout_.code_size;

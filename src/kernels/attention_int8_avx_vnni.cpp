@@ -31,10 +31,7 @@ namespace {
 }  // namespace
 
 const Int8Kernels& int8_kernels_avx_vnni() {
-  static const Int8Kernels kernels{int8_dots, int8_accumulate, int8_weights, int8_avx2_order,
-                                   nullptr,   nullptr,         nullptr,      nullptr,
-                                   kInt8WeightLevels,
-                                   prefill_int8_dots, prefill_int8_accumulate};
+  static const Int8Kernels kernels = this_build_kernels();
   return kernels;
 }
 

@@ -1203,4 +1203,20 @@ void prefill_int8_accumulate(const uint8_t* w8, size_t ld, int rows, const float
   }
 }
 
+// ---- this build's kernels, as the SIMD tables take them ------------------------------------
+
+// The including file returns this from its int8_kernels_*(): the 8-bit (int16) kernels and the
+// coordinate orders of the VNNI build, or the AVX2 orders and no int16 kernels.
+inline Int8Kernels this_build_kernels() {
+#if TURBOKV_INT8_VNNI
+  return Int8Kernels{int8_dots,  int8_accumulate,  int8_weights,  int8_vnni_order,
+                     int16_dots, int16_accumulate, int16_weights, int16_vnni_order,
+                     kInt8WeightLevels, prefill_int8_dots, prefill_int8_accumulate};
+#else
+  return Int8Kernels{int8_dots, int8_accumulate, int8_weights, int8_avx2_order,
+                     nullptr,   nullptr,         nullptr,      nullptr,
+                     kInt8WeightLevels, prefill_int8_dots, prefill_int8_accumulate};
+#endif
+}
+
 #undef TKV_INLINE

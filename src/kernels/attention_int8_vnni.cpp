@@ -40,10 +40,7 @@ namespace {
 }  // namespace
 
 const Int8Kernels& int8_kernels_vnni() {
-  static const Int8Kernels kernels{int8_dots,  int8_accumulate,  int8_weights,  int8_vnni_order,
-                                          int16_dots, int16_accumulate, int16_weights, int16_vnni_order,
-                                          kInt8WeightLevels,
-                                          prefill_int8_dots, prefill_int8_accumulate};
+  static const Int8Kernels kernels = this_build_kernels();
   return kernels;
 }
 
