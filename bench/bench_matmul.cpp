@@ -48,8 +48,10 @@ ThreadPool& pool(int threads) {
 // Args: type index, rows, cols, threads, batch n (1 = matvec), kernels: 0 = best (AVX2, x as
 // Q8_0 for the quantized types), 1 = scalar, 2 = AVX2 with x kept in float, 3 = matmul_rowwise
 // (the batched forward's product: each row as matvec computes it), 4 = the same without the
-// AVX512-VNNI kernels (AVX2 only; same results), 5 = the same without the AVX-512 register
-// tiles (the 256-bit VNNI kernel; same results).
+// VNNI kernels (AVX2 only; same results), 5 = the same without the AVX-512 register tiles (the
+// 256-bit VNNI kernel, in its VEX form where the CPU has AVX-VNNI; same results). With
+// TURBOKV_NO_AVX512=1 in the environment, mode 5 is what an AVX-VNNI CPU without AVX-512 runs
+// (matvec's 512-bit kernel off too).
 void BM_Product(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int64_t rows = state.range(1), cols = state.range(2);

@@ -85,8 +85,9 @@ std::atomic<bool> g_q8_activations{true};
 // TURBOKV_NO_VNNI=1 in the environment starts with the VNNI kernel off (A/B timing; results are
 // the same either way).
 std::atomic<bool> g_use_vnni{std::getenv("TURBOKV_NO_VNNI") == nullptr};
-// TURBOKV_NO_AVX512=1 likewise starts with matmul_rowwise's AVX-512 tile kernel off (the 256-bit
-// kernels then run; same results).
+// TURBOKV_NO_AVX512=1 likewise starts matmul_rowwise with no AVX-512 instruction: its tile
+// kernel off, and its 256-bit VNNI kernel in the VEX form (AVX-VNNI) where the CPU has it, else
+// the AVX2 kernel; what an AVX-VNNI CPU without AVX-512 runs (same results).
 std::atomic<bool> g_use_avx512{std::getenv("TURBOKV_NO_AVX512") == nullptr};
 // The same variable also starts the 512-bit Q8_0 kernel of matvec and small batches off
 // (matvec_q8_0_avx512.cpp).
@@ -300,12 +301,15 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
     const size_t blocks = a.blocks;
     const float* scale_base = a.scale;
     // Q8_0 weights on AVX2: four activations per pass over the row (same bits as dot_q8), with
-    // vpdpbusd where the CPU has AVX512-VNNI (same bits again; it reads x offset by 128).
-    // Q4_K likewise, sharing the unpacked 6-bit scales among the four.
+    // vpdpbusd where the CPU has AVX512-VNNI or AVX-VNNI (same bits again; it reads x offset by
+    // 128). Q4_K likewise, sharing the unpacked 6-bit scales among the four.
     const bool avx2 = std::string_view(kernel_isa()) == "avx2";
     const bool by_four = avx2 && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K);
-    const bool vnni = w.type == GgmlType::Q8_0 && by_four && batch >= 4 &&
-                      g_use_vnni.load(std::memory_order_relaxed) && detail::vnni_available();
+    const detail::DotQ8x4Fn vnni_x4 =
+        w.type == GgmlType::Q8_0 && by_four && batch >= 4 && g_use_vnni.load(std::memory_order_relaxed)
+            ? detail::vnni_x4_kernel(g_use_avx512.load(std::memory_order_relaxed))
+            : nullptr;
+    const bool vnni = vnni_x4 != nullptr;
     // Q8_0 weights with AVX-512: register tiles of 4 rows x 4 activations over block pairs (same
     // bits again). From 8 activations on: at 4 the packing of every weight row costs about what
     // the tiles save (docs/history/benchmarks-notebook.md, "Prefill with AVX-512 register
@@ -347,7 +351,7 @@ void matmul_rowwise(const WeightMatrix& w, const float* x, int64_t n, float* y, 
                   if (w.type == GgmlType::Q4_K) {
                     detail::dot_q8_x4_q4_k(base + r * stride, xs, scales, sums, cols, out);
                   } else if (vnni) {
-                    detail::dot_q8_x4_q8_0_vnni(base + r * stride, xus, scales, cols, out);
+                    vnni_x4(base + r * stride, xus, scales, cols, out);
                   } else {
                     detail::dot_q8_x4_q8_0(base + r * stride, xs, scales, cols, out);
                   }

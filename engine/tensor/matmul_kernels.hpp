@@ -45,11 +45,14 @@ void dot_q8_x4_q8_0(const uint8_t* row, const uint8_t* const* xq, const float* c
 // dot_q8_sums inputs): out[t] is bit for bit the AVX2 Q4_K dot_q8_sums kernel's result for t.
 void dot_q8_x4_q4_k(const uint8_t* row, const uint8_t* const* xq, const float* const* x_scale,
                     const float* const* x_sum, int64_t cols, float* out);
-// The same with AVX512-VNNI (matmul_rowwise_vnni.cpp), bit for bit the same results; xu[t] is
-// xq[t] with every byte XOR 0x80 (the values offset by 128; scale bytes unused). Only where
-// vnni_available().
-void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, const float* const* xscale, int64_t cols,
-                         float* out);
+// The same with vpdpbusd (matmul_rowwise_vnni.cpp), bit for bit the same results; xu[t] is xq[t]
+// with every byte XOR 0x80 (the values offset by 128; scale bytes unused).
+using DotQ8x4Fn = void (*)(const uint8_t* row, const uint8_t* const* xu, const float* const* xscale, int64_t cols,
+                           float* out);
+// This CPU's form of it: the EVEX one (AVX512-VNNI with AVX512VL) where `evex` allows AVX-512
+// instructions and the CPU has them, else the VEX one (AVX-VNNI), else nullptr.
+DotQ8x4Fn vnni_x4_kernel(bool evex);
+// Whether the CPU has AVX512-VNNI with AVX512VL.
 bool vnni_available();
 // matmul_rowwise for Q8_0 weights with AVX-512 (F, BW, VNNI) register tiles of 4 rows x 4
 // activations (matmul_rowwise_avx512.cpp): y[t * rows + r] for all t < n, bit for bit

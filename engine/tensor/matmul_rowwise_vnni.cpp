@@ -1,11 +1,13 @@
-// matmul_rowwise's four-activation Q8_0 kernel with AVX512-VNNI's vpdpbusd on 256-bit registers,
-// for CPUs that have it (Ice Lake and later Xeons, Zen 4; chosen at run time).
+// matmul_rowwise's four-activation Q8_0 kernel with vpdpbusd on 256-bit registers, for CPUs that
+// have it (chosen at run time): in the EVEX encoding of AVX512-VNNI with AVX512VL (Ice Lake and
+// later Xeons, Zen 4 and 5) and in the VEX encoding of AVX-VNNI (Alder Lake and later Intel
+// client cores, which lack AVX-512). One body (matmul_rowwise_vnni_x4.hpp), compiled for each.
 //
 // Same bits as the AVX2 kernel (matmul_rowwise_avx2.cpp): there, each block yields eight int32
 // sums of four byte products (maddubs then madd); here vpdpbusd yields the same eight sums, and
 // integer sums are exact either way. The float operations after them are the AVX2 kernel's, in
 // its order. So which kernel a machine runs changes no result (tests/engine/test_batch_forward.cpp
-// compares the two bit for bit).
+// and test_matmul_rowwise_tiles.cpp compare them bit for bit).
 //
 // vpdpbusd multiplies unsigned by signed bytes. The activations come offset by 128 (x ^ 0x80,
 // made once per call), and each block's accumulators start at -128 * (sum of each group of four
@@ -19,60 +21,52 @@
 
 #if TURBOKV_HAVE_AVX2_KERNELS
 
-#define TKV_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+// Each copy is compiled for its own instruction set only: the VEX copy must not pick up
+// EVEX-only instructions or registers, which an AVX-VNNI CPU without AVX-512 lacks. The AVX2
+// helpers (narrower target attribute) inline into both.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
+#endif
+namespace turbokv::engine::detail::evex_vnni {
+#define TKV_DPBUSD _mm256_dpbusd_epi32
+#include "engine/tensor/matmul_rowwise_vnni_x4.hpp"
+#undef TKV_DPBUSD
+}  // namespace turbokv::engine::detail::evex_vnni
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+#endif
+namespace turbokv::engine::detail::avx_vnni {
+#define TKV_DPBUSD _mm256_dpbusd_avx_epi32
+#include "engine/tensor/matmul_rowwise_vnni_x4.hpp"
+#undef TKV_DPBUSD
+}  // namespace turbokv::engine::detail::avx_vnni
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 
 namespace turbokv::engine::detail {
 
-// The AVX2 helpers (narrower target attribute) inline into these wider-target functions.
-using avx2::hsum;
-using avx2::prefetch_weights;
-using avx2::load_half;
-
-namespace {
-
-// acc += (dw * dx) * sum(x * w), as block_step in the AVX2 kernel (dw broadcast once per block,
-// dx broadcast from memory).
-TKV_VNNI inline __m256 block_step(__m256 acc, __m256i start, __m256i w, const uint8_t* xb, __m256 dw,
-                                  const float* dx) {
-  const __m256i x_offset = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
-  const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(dx));
-  return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, x_offset, w)), acc);
-}
-
-TKV_VNNI inline void block_x4(const uint8_t* row, int64_t blk, const uint8_t* const* xu, const float* const* xscale,
-                              __m256& c0, __m256& c1, __m256& c2, __m256& c3) {
-  const size_t o = static_cast<size_t>(blk) * 34;
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o + 2));
-  const __m256i offset_sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), w);
-  const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), offset_sums);
-  const __m256 dw = _mm256_set1_ps(load_half(row + o));
-  c0 = block_step(c0, start, w, xu[0] + o, dw, xscale[0] + blk);
-  c1 = block_step(c1, start, w, xu[1] + o, dw, xscale[1] + blk);
-  c2 = block_step(c2, start, w, xu[2] + o, dw, xscale[2] + blk);
-  c3 = block_step(c3, start, w, xu[3] + o, dw, xscale[3] + blk);
-}
-
-}  // namespace
-
 bool vnni_available() { return cpu_has_avx512_vnni_vl(); }
 
-TKV_VNNI void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, const float* const* xscale,
-                                  int64_t cols, float* out) {
-  // Even and odd blocks in separate accumulators, as the AVX2 kernel and dot_q8_row_q8_0.
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-  const int64_t blocks = cols / 32;
-  int64_t blk = 0;
-  for (; blk + 2 <= blocks; blk += 2) {
-    prefetch_weights(row + blk * 34);
-    block_x4(row, blk, xu, xscale, a0, a1, a2, a3);
-    block_x4(row, blk + 1, xu, xscale, b0, b1, b2, b3);
-  }
-  if (blk < blocks) block_x4(row, blk, xu, xscale, a0, a1, a2, a3);
-  out[0] = hsum(_mm256_add_ps(a0, b0));
-  out[1] = hsum(_mm256_add_ps(a1, b1));
-  out[2] = hsum(_mm256_add_ps(a2, b2));
-  out[3] = hsum(_mm256_add_ps(a3, b3));
+DotQ8x4Fn vnni_x4_kernel(bool evex) {
+  if (evex && cpu_has_avx512_vnni_vl()) return evex_vnni::dot_q8_x4_q8_0;
+  if (cpu_has_avx_vnni()) return avx_vnni::dot_q8_x4_q8_0;
+  return nullptr;
 }
 
 }  // namespace turbokv::engine::detail
@@ -81,7 +75,7 @@ TKV_VNNI void dot_q8_x4_q8_0_vnni(const uint8_t* row, const uint8_t* const* xu, 
 
 namespace turbokv::engine::detail {
 bool vnni_available() { return false; }
-void dot_q8_x4_q8_0_vnni(const uint8_t*, const uint8_t* const*, const float* const*, int64_t, float*) {}
+DotQ8x4Fn vnni_x4_kernel(bool) { return nullptr; }
 }  // namespace turbokv::engine::detail
 
 #endif

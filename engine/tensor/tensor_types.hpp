@@ -141,13 +141,15 @@ void matvec_reference(const WeightMatrix& w, const float* x, float* y);
 const char* kernel_isa();
 // Tests: force the portable scalar kernels (true) or return to the best available (false).
 void force_scalar_kernels(bool scalar);
-// Benchmarks and tests: whether matmul_rowwise may use the AVX512-VNNI Q8_0 kernel where the CPU
-// has it (default true, or false when TURBOKV_NO_VNNI is set in the environment; same results
+// Benchmarks and tests: whether matmul_rowwise may use its VNNI Q8_0 kernels where the CPU has
+// AVX512-VNNI or AVX-VNNI (default true, or false when TURBOKV_NO_VNNI is set in the environment; same results
 // either way, only speed differs).
 void use_vnni_kernels(bool enabled);
-// Benchmarks and tests: whether matmul_rowwise may use its AVX-512 tile kernel for Q8_0 weights
-// (4 rows x 4 activations over 512-bit registers) where the CPU has AVX-512 F/BW/VNNI and VNNI is
-// enabled above (default true, or false when TURBOKV_NO_AVX512 is set; same results either way).
+// Benchmarks and tests: whether matmul_rowwise may use AVX-512 instructions for Q8_0 weights: its
+// tile kernel (4 rows x 4 activations over 512-bit registers) where the CPU has AVX-512
+// F/BW/VNNI, and the EVEX form of its 256-bit VNNI kernel (false: the VEX form, AVX-VNNI, where
+// the CPU has it), VNNI being enabled above (default true, or false when TURBOKV_NO_AVX512 is
+// set; same results either way).
 void use_avx512_tile_kernel(bool enabled);
 // Benchmarks and tests: whether matvec, and matmul_rowwise below 8 activations, may use the
 // 512-bit AVX512-VNNI kernel for Q8_0 weights where the CPU has AVX-512 F/BW/VL/VNNI and VNNI is

@@ -19,6 +19,7 @@
 #include "engine/model/gguf_convert.hpp"
 #include "turbokv/cache_config.hpp"
 #include "turbokv/cache_io.hpp"
+#include "turbokv/cpu_features.hpp"
 #include "engine/runtime/sampler.hpp"
 #include "engine/tensor/tensor_types.hpp"
 #include "turbokv/error.hpp"
@@ -76,12 +77,14 @@ TEST(MatmulRowwise, EveryRowIsMatvecBitForBit) {
   EXPECT_THROW(matmul_rowwise({GgmlType::Q8_0, 1, 64, bytes.data()}, x, -1, y.data(), pool1), Error);
 }
 
-// The AVX512-VNNI Q8_0 kernel against the AVX2 one at the integer extremes: weights of -128
-// (no ggml quantizer writes it, a file may hold it), +-127 and 0, activations at +-127 (the
-// largest products maddubs must not saturate on), odd block counts, batches not multiples of 4.
+// The VNNI Q8_0 kernels against the AVX2 one at the integer extremes: weights of -128 (no ggml
+// quantizer writes it, a file may hold it), +-127 and 0, activations at +-127 (the largest
+// products maddubs must not saturate on), odd block counts, batches not multiples of 4. With
+// AVX-512 allowed (its EVEX form and tiles) and not (the VEX form, AVX-VNNI, where present).
 TEST(MatmulRowwise, VnniKernelGivesTheAvx2KernelsBits) {
   if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
   RecordProperty("vnni_available", detail::vnni_available() ? "yes" : "no");
+  RecordProperty("avx_vnni_available", cpu_has_avx_vnni() ? "yes" : "no");
   ThreadPool pool(2);
   std::mt19937 rng(5);
   const int64_t rows = 37, cols = 352;  // 11 blocks of 32
@@ -104,13 +107,20 @@ TEST(MatmulRowwise, VnniKernelGivesTheAvx2KernelsBits) {
     // Activations whose Q8_0 codes are mostly +-127: each block has a few large values.
     auto x = random_normal(static_cast<size_t>(n * cols), 11 + static_cast<uint32_t>(n));
     for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1.0f : -1.0f) * 50.0f;
-    std::vector<float> with_vnni(static_cast<size_t>(n * rows)), avx2_only(with_vnni.size());
+    std::vector<float> with_vnni(static_cast<size_t>(n * rows)), avx_vnni(with_vnni.size()),
+        avx2_only(with_vnni.size());
     use_vnni_kernels(true);
     matmul_rowwise(w, x.data(), n, with_vnni.data(), pool);
+    use_avx512_tile_kernel(false);
+    use_avx512_matvec_kernel(false);
+    matmul_rowwise(w, x.data(), n, avx_vnni.data(), pool);
+    use_avx512_tile_kernel(true);
+    use_avx512_matvec_kernel(true);
     use_vnni_kernels(false);
     matmul_rowwise(w, x.data(), n, avx2_only.data(), pool);
     use_vnni_kernels(true);
     EXPECT_TRUE(same_bits(with_vnni, avx2_only)) << "batch " << n;
+    EXPECT_TRUE(same_bits(avx_vnni, avx2_only)) << "no AVX-512, batch " << n;
     // And both are the product with x's Q8_0 round trip, up to float summation order.
     std::vector<float> reference(static_cast<size_t>(rows)), w_row(static_cast<size_t>(cols));
     std::vector<float> x_used(static_cast<size_t>(cols));

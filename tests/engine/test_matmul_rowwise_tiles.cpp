@@ -14,6 +14,7 @@
 
 #include "engine/tensor/matmul_kernels.hpp"
 #include "engine/tensor/tensor_types.hpp"
+#include "turbokv/cpu_features.hpp"
 #include "turbokv/half.hpp"
 #include "test_util.hpp"
 
@@ -95,9 +96,13 @@ struct KernelChoice {
   bool matvec512;  // matvec's 512-bit kernel (one activation, and batches below 8 by fours)
 };
 
-// The 256-bit AVX2 and VNNI kernels alone, then everything AVX-512 adds.
-const KernelChoice kChoices[] = {
-    {"avx2", false, false, false}, {"vnni256", true, false, false}, {"avx512", true, true, true}};
+// The 256-bit AVX2 kernels; the 256-bit VNNI kernel with no AVX-512 allowed (its VEX form,
+// AVX-VNNI, where the CPU has it: what an AVX-VNNI CPU without AVX-512 runs; AVX2 elsewhere); its
+// EVEX form below 8 activations with the tiles from 8 on; then everything AVX-512 adds.
+const KernelChoice kChoices[] = {{"avx2", false, false, false},
+                                 {"avx-vnni", true, false, false},
+                                 {"vnni256-evex", true, true, false},
+                                 {"avx512", true, true, true}};
 
 void use_kernels(const KernelChoice& k) {
   use_vnni_kernels(k.vnni);
@@ -153,6 +158,7 @@ TEST_F(Q8_0Kernels, EveryBatchedKernelGivesTheLaneModelsBits) {
   if (std::string(kernel_isa()) != "avx2") GTEST_SKIP() << "no AVX2 kernels on this machine";
   RecordProperty("avx512_tile_available", detail::avx512_tile_available() ? "yes" : "no");
   RecordProperty("vnni_available", detail::vnni_available() ? "yes" : "no");
+  RecordProperty("avx_vnni_available", cpu_has_avx_vnni() ? "yes" : "no");
   std::mt19937 rng(202);
   ThreadPool pool1(1), pool2(2);
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 32}, {5, 96}, {37, 352}, {70, 1056}, {9, 2080}}) {
