@@ -21,7 +21,7 @@ for r in $(seq 1 "$rounds"); do
       --batch 4,16 --steps 6 --threads 2 --json --quiet > "$out/batch-$kernels-$r.json"
   done
 done
-/usr/bin/python3 - "$out" "$rounds" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" <<'PY' | tee "$out/summary.md"
 import json, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 print("| round | kernels | prefill, 434 tokens (tokens/s) | step of 4 (ms) | step of 16 (ms) |")
