@@ -1049,32 +1049,29 @@ void transposed_key_block3_256(const uint8_t* records, size_t code_size, size_t 
   }
 }
 
-// R rows against T groups of eight tokens from t0 of the transposed block: a lane is a token,
-// so a score needs no reduction; stored as int8_dots_tile stores them (store_lanes).
-template <int R, int T>
+// R rows against the eight tokens from t0 of the transposed block: a lane is a token, so a
+// score needs no reduction; stored as int8_dots_tile stores them (store_lanes). One group of
+// eight at a time: with two (16 tokens a key load) GCC spilled two of the eight sums to the
+// stack every quad and moved the rest between registers, and tq4-i8 / dense16 at 32K on the
+// AVX2 table was lower in 14 of 16 interleaved pairs, by ~5% at the median (docs/history/
+// benchmarks-notebook.md, "Issue 29 on a Zen 5").
+template <int R>
 TKV_INLINE void prefill_dots_tokens(const int8_t* q8, size_t qs, const float* row_scale, const int32_t* start,
                                     const uint32_t* kt, int dims, size_t t0, size_t n, float* scores, size_t ld,
                                     bool add) {
-  __m256i acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int u = 0; u < T; ++u) acc[r][u] = _mm256_setzero_si256();
-  }
+  __m256i acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
   for (int j = 0; j < dims / 4; ++j) {
-    __m256i k[T];
-    for (int u = 0; u < T; ++u) k[u] = _mm256_load_si256(reinterpret_cast<const __m256i*>(kt + j * kBlockTokens + t0 + 8 * u));
+    const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(kt + j * kBlockTokens + t0));
     for (int r = 0; r < R; ++r) {
       int32_t q4;
       std::memcpy(&q4, q8 + r * qs + 4 * j, sizeof q4);
-      const __m256i q = _mm256_set1_epi32(q4);
-      for (int u = 0; u < T; ++u) acc[r][u] = dot_u8s8(acc[r][u], k[u], q);
+      acc[r] = dot_u8s8(acc[r], k, _mm256_set1_epi32(q4));
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int u = 0; u < T; ++u) {
-      const size_t first = t0 + 8 * static_cast<size_t>(u);
-      const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(acc[r][u], _mm256_set1_epi32(start[r])));
-      store_lanes(f, std::min<size_t>(8, n - first), row_scale[r], add, scores + r * ld + first);
-    }
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(acc[r], _mm256_set1_epi32(start[r])));
+    store_lanes(f, std::min<size_t>(8, n - t0), row_scale[r], add, scores + r * ld + t0);
   }
 }
 
@@ -1083,14 +1080,12 @@ void prefill_dots_rows(const int8_t* q8, size_t qs, const float* row_scale, cons
                        float* scores, size_t ld, bool add) {
   int32_t start[R];
   for (int r = 0; r < R; ++r) start[r] = offset_start(q8 + r * qs, dims);
-  size_t t0 = 0;
-  for (; t0 + 8 < n; t0 += 16) prefill_dots_tokens<R, 2>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
-  if (t0 < n) prefill_dots_tokens<R, 1>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
+  for (size_t t0 = 0; t0 < n; t0 += 8) prefill_dots_tokens<R>(q8, qs, row_scale, start, kt, dims, t0, n, scores, ld, add);
 }
 
 // int8_dots for a tile's rows: 3-bit groups of whole 64-coordinate halves through the transposed
-// block (four rows' eight sums, two key registers and the broadcast query byte quad fit AVX2's
-// 16 registers); other groups take the per-token kernel, whose decode is cheap at 2 and 4 bits.
+// block (four rows' sums, a key register and the broadcast query byte quads fit AVX2's 16
+// registers); other groups take the per-token kernel, whose decode is cheap at 2 and 4 bits.
 void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_scale, const uint8_t* records,
                        size_t code_size, size_t n, const CodeGroup& g, float* scores, size_t ld, bool add) {
   if (g.bits != 3 || g.dims % 64 != 0 || g.dims > kPrefillMaxDims || n > static_cast<size_t>(kBlockTokens)) {
