@@ -1053,7 +1053,7 @@ void transposed_key_block3_256(const uint8_t* records, size_t code_size, size_t 
 // score needs no reduction; stored as int8_dots_tile stores them (store_lanes). One group of
 // eight at a time: with two (16 tokens a key load) GCC spilled two of the eight sums to the
 // stack every quad and moved the rest between registers, and tq4-i8 / dense16 at 32K on the
-// AVX2 table was lower in 14 of 16 interleaved pairs, by ~5% at the median (docs/history/
+// AVX2 table was lower in 15 of 16 interleaved pairs, by ~5% at the median (docs/history/
 // benchmarks-notebook.md, "Issue 29 on a Zen 5").
 template <int R>
 TKV_INLINE void prefill_dots_tokens(const int8_t* q8, size_t qs, const float* row_scale, const int32_t* start,
