@@ -24,40 +24,21 @@
 // Each copy is compiled for its own instruction set only: the VEX copy must not pick up
 // EVEX-only instructions or registers, which an AVX-VNNI CPU without AVX-512 lacks. The AVX2
 // helpers (narrower target attribute) inline into both.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
-#endif
+TURBOKV_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
 namespace turbokv::engine::detail::evex_vnni {
 #define TKV_DPBUSD _mm256_dpbusd_epi32
 #include "engine/tensor/matmul_rowwise_vnni_x4.hpp"
 #undef TKV_DPBUSD
 }  // namespace turbokv::engine::detail::evex_vnni
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avxvnni")
-#endif
+TURBOKV_TARGET_BEGIN("avx2,fma,f16c,avxvnni")
 namespace turbokv::engine::detail::avx_vnni {
 #define TKV_DPBUSD _mm256_dpbusd_avx_epi32
 #include "engine/tensor/matmul_rowwise_vnni_x4.hpp"
 #undef TKV_DPBUSD
 }  // namespace turbokv::engine::detail::avx_vnni
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
 namespace turbokv::engine::detail {
 

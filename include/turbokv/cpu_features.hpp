@@ -9,6 +9,20 @@
 #include <cpuid.h>
 #endif
 
+// A target region: every function defined between TURBOKV_TARGET_BEGIN("avx2,fma") and
+// TURBOKV_TARGET_END is compiled for those instruction sets (GCC's target pragma, clang's
+// attribute push), so a kernel file builds for baseline x86-64 and its functions are called
+// only after the matching cpu_has_* check.
+#define TURBOKV_PRAGMA(text) _Pragma(#text)
+#if defined(__clang__)
+#define TURBOKV_TARGET_BEGIN(targets) \
+  TURBOKV_PRAGMA(clang attribute push(__attribute__((target(targets))), apply_to = function))
+#define TURBOKV_TARGET_END TURBOKV_PRAGMA(clang attribute pop)
+#else
+#define TURBOKV_TARGET_BEGIN(targets) TURBOKV_PRAGMA(GCC push_options) TURBOKV_PRAGMA(GCC target(targets))
+#define TURBOKV_TARGET_END TURBOKV_PRAGMA(GCC pop_options)
+#endif
+
 namespace turbokv {
 
 // True when the CPU and OS support AVX2, FMA and F16C together.

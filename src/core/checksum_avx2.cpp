@@ -5,16 +5,12 @@
 // static and renamed, so nothing clashes with the library) with its AVX2 code path. XXH3 is
 // defined bit for bit whatever the vector width; test_cache_checksums compares the two.
 #include "core/checksum_impl.hpp"
+#include "turbokv/cpu_features.hpp"
 
 #if TURBOKV_CHECKSUM_AVX2
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2")
-#endif
+TURBOKV_TARGET_BEGIN("avx2")
 
 #define XXH_INLINE_ALL
 #define XXH_VECTOR XXH_AVX2
@@ -42,10 +38,6 @@ uint64_t xxh3_avx2_digest(const void* state) {
 
 }  // namespace turbokv::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
 #endif  // TURBOKV_CHECKSUM_AVX2

@@ -27,12 +27,7 @@
 #ifdef TURBOKV_ATTENTION_AVX2
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+TURBOKV_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace turbokv::attn {
 namespace {
@@ -919,11 +914,7 @@ KernelTable make_table(const char* name, const Int8Kernels& int8, bool vbmi) {
 }  // namespace
 }  // namespace turbokv::attn
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
 namespace turbokv::attn {
 

@@ -8,16 +8,12 @@
 
 #include "attention/attention_kernels.hpp"
 #include "kernels/attention_int8_kernels.hpp"
+#include "turbokv/cpu_features.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+TURBOKV_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace turbokv::attn {
 namespace {
@@ -33,10 +29,6 @@ const Int8Kernels& int8_kernels_avx2() {
 
 }  // namespace turbokv::attn
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
 #endif

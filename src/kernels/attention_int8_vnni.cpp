@@ -12,6 +12,7 @@
 
 #include "attention/attention_kernels.hpp"
 #include "kernels/attention_int8_kernels.hpp"
+#include "turbokv/cpu_features.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -25,12 +26,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi")
-#endif
+TURBOKV_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi")
 
 namespace turbokv::attn {
 namespace {
@@ -46,10 +42,6 @@ const Int8Kernels& int8_kernels_vnni() {
 
 }  // namespace turbokv::attn
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
 #endif

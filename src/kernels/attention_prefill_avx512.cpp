@@ -14,6 +14,7 @@
 
 #include "attention/attention_kernels.hpp"
 #include "kernels/attention_prefill_kernels.hpp"
+#include "turbokv/cpu_features.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -24,12 +25,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,f16c,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,f16c,fma")
-#endif
+TURBOKV_TARGET_BEGIN("avx512f,avx512bw,f16c,fma")
 
 namespace turbokv::attn {
 namespace {
@@ -214,10 +210,6 @@ const PrefillKernels& prefill_kernels_avx512() {
 
 }  // namespace turbokv::attn
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TURBOKV_TARGET_END
 
 #endif
