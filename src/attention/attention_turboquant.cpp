@@ -29,6 +29,7 @@
 // four rows or more take them too (see Int8Blocks).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <type_traits>
@@ -506,14 +507,24 @@ class TurboQuantSource : public BlockSource {
     const size_t page_tokens = cache_.page_tokens();
     const size_t kcs = key_layout_.code_size;
     const size_t vcs = value_layout_.code_size;
+    // The page's codes, looked up once per page (the cache's checked accessors, called for
+    // every block, took ~2% of a 32K tq4-i8 decode step), the next page's record prefetched.
+    size_t page = SIZE_MAX, page_first = 0, page_end = 0;
+    const uint8_t* page_keys = nullptr;
+    const uint8_t* page_values = nullptr;
     // The block at compressed index c (c + n_sinks < end).
     const auto block_at = [&](size_t c) {
-      const size_t page = c / page_tokens;
-      const size_t page_first = page * page_tokens;
-      const size_t page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
+      if (c / page_tokens != page) {
+        page = c / page_tokens;
+        page_first = page * page_tokens;
+        page_end = std::min(end - n_sinks, page_first + cache_.tokens_in_page(page));
+        page_keys = cache_.key_codes(page, head);
+        page_values = cache_.value_codes(page, head);
+        cache_.prefetch_page(page + 1);
+      }
       Block b;
-      b.keys = cache_.key_codes(page, head) + (c - page_first) * kcs;
-      b.values = cache_.value_codes(page, head) + (c - page_first) * vcs;
+      b.keys = page_keys + (c - page_first) * kcs;
+      b.values = page_values + (c - page_first) * vcs;
       b.n = std::min<size_t>(kBlockTokens, page_end - c);
       b.first = n_sinks + c;
       return b;

@@ -164,6 +164,10 @@ uint8_t* TurboQuantKVCache::codes_ptr(size_t page, int head, bool value) const {
   return base + static_cast<size_t>(head) * head_stride_bytes(value);
 }
 
+void TurboQuantKVCache::prefetch_page(size_t page) const {
+  if (page < pages_.size() && pages_[page] != nullptr) __builtin_prefetch(pages_[page].get());
+}
+
 const uint8_t* TurboQuantKVCache::key_codes(size_t page, int head) const {
   TURBOKV_CHECK(page < pages_.size() && head >= 0 && head < kv_heads_,
                 "TurboQuantKVCache: key_codes({}, {}) out of range ({} pages, {} heads)", page,

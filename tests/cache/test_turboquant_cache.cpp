@@ -290,6 +290,15 @@ TEST(TurboQuantKVCache, PagesHoldTheCodecsCodes) {
     }
     EXPECT_THROW(cache.key_codes(cache.num_pages(), 0), Error);
     EXPECT_THROW(cache.value_codes(0, H), Error);
+    // prefetch_page takes any index: held pages, the one past the end, far past it, and a
+    // freed one (under ASan a stray read of any of them fails here).
+    for (size_t p : {size_t{0}, cache.num_pages() - 1, cache.num_pages(), cache.num_pages() + 1000, SIZE_MAX}) {
+      cache.prefetch_page(p);
+    }
+    cache.drop_before(2 * pt);
+    ASSERT_THROW(cache.key_codes(0, 0), Error);
+    cache.prefetch_page(0);
+    cache.prefetch_page(1);
   }
 }
 
