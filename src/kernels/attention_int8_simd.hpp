@@ -989,16 +989,18 @@ TKV_INLINE void transpose8x8_epi32(__m256i* r) {
   }
 }
 
-// Eight tokens' 3-bit codes of one 64-coordinate half as table centroids, a lane a token:
-// quads[s] lane i holds token t0 + i's four centroids that int8_dots multiplies with query
-// bytes 4s .. 4s + 3 of the half (codes32<3>'s order: in each chunk the groups of eight codes
+// Eight tokens' 3-bit codes of one 64-coordinate half as table centroids, a lane a token, handed
+// to emit(s, quad) as each is made (a callback, so that no array of all sixteen has to live on
+// the stack): lane i of quad s holds token t0 + i's four centroids that int8_dots multiplies
+// with query bytes 4s .. 4s + 3 of the half (codes32<3>'s order: in each chunk the groups of eight codes
 // as 0, 2, 1, 3). Per token, two loads and a byte shuffle put its eight 3-byte groups in eight
 // dwords; an 8x8 transpose gives each group's dword for eight tokens; per group, shifts and a
 // word blend put each of its two quads' four codes in four bytes, and the table's vpshufb makes
 // them centroids: ~20 instructions per token and half, where codes32<3>, the table and a
 // transpose take ~30. Lanes of tokens from n on hold table[0].
+template <typename Emit>
 TKV_INLINE void centroid_quads3(const uint8_t* base, size_t code_size, size_t t0, size_t n, int h, __m256i table,
-                                __m256i* quads) {
+                                Emit&& emit) {
   // Low lane: bytes 0-15 of the 24, groups 0-3 at bytes 0, 3, 6, 9; high lane: bytes 8-23,
   // groups 4-7 at its bytes 4, 7, 10, 13. Each group to a dword, its top byte zero.
   const __m256i spread = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,  //
@@ -1018,6 +1020,7 @@ TKV_INLINE void centroid_quads3(const uint8_t* base, size_t code_size, size_t t0
     r[i] = _mm256_shuffle_epi8(bytes, spread);
   }
   transpose8x8_epi32(r);  // r[G] lane i: group G's 24 bits of token t0 + i
+#pragma GCC unroll 8
   for (int G = 0; G < 8; ++G) {
     const __m256i x = r[G];
     for (int a = 0; a < 2; ++a) {
@@ -1027,7 +1030,7 @@ TKV_INLINE void centroid_quads3(const uint8_t* base, size_t code_size, size_t t0
                                : _mm256_blend_epi16(_mm256_srli_epi32(x, 12), _mm256_srli_epi32(x, 2), 0xaa);
       const __m256i codes =
           _mm256_or_si256(_mm256_and_si256(w, first), _mm256_and_si256(_mm256_slli_epi16(w, 5), second));
-      quads[8 * (G / 4) + 2 * kGroupAt[G % 4] + a] = _mm256_shuffle_epi8(table, codes);
+      emit(8 * (G / 4) + 2 * kGroupAt[G % 4] + a, _mm256_shuffle_epi8(table, codes));
     }
   }
 }
@@ -1040,11 +1043,9 @@ void transposed_key_block3_256(const uint8_t* records, size_t code_size, size_t 
   const __m256i table = table16(g.table8, true);
   for (size_t t0 = 0; t0 < n; t0 += 8) {
     for (int h = 0; h < g.dims / 64; ++h) {
-      __m256i quads[16];
-      centroid_quads3(records + g.offset, code_size, t0, n, h, table, quads);
-      for (int s = 0; s < 16; ++s) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(kt + (16 * h + s) * kBlockTokens + t0), quads[s]);
-      }
+      centroid_quads3(records + g.offset, code_size, t0, n, h, table, [&](int s, __m256i quad) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(kt + (16 * h + s) * kBlockTokens + t0), quad);
+      });
     }
   }
 }
@@ -1102,7 +1103,9 @@ void prefill_int8_dots(const int8_t* q8, size_t qs, int rows, const float* row_s
 // interleaved_value_block256's layout; 3-bit groups of whole 64-coordinate halves from
 // centroid_quads3: y[k] of four tokens holds, in its low half, quad k of their chunk's centroid
 // bytes and in its high half quad k + 4, a 32-bit lane per coordinate and a byte per token: per
-// quad one byte shuffle (a 4x4 transpose in each 128-bit lane), per y one lane permute.
+// quad one byte shuffle (a 4x4 transpose in each 128-bit lane), per y one lane permute. A
+// chunk's quads come as 0, 1, 4, 5, 2, 3, 6, 7 (centroid_quads3's group order), so each pair is
+// stored as soon as its second quad comes: with all sixteen kept first, GCC spilled them.
 template <int B>
 void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n, const CodeGroup& g, uint32_t* vb) {
   if (B != 3 || g.dims % 64 != 0) {
@@ -1114,18 +1117,19 @@ void interleaved_value_block(const uint8_t* records, size_t code_size, size_t n,
                                                 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (size_t t0 = 0; t0 < n; t0 += 8) {
     for (int h = 0; h < g.dims / 64; ++h) {
-      __m256i quads[16];
-      centroid_quads3(records + g.offset, code_size, t0, n, h, table, quads);
-      for (int s = 0; s < 16; ++s) quads[s] = _mm256_shuffle_epi8(quads[s], transpose4x4);
-      for (int cc = 0; cc < 2; ++cc) {
-        const size_t c = static_cast<size_t>(2 * h + cc);
-        uint32_t* out = vb + (c * kBlockTokens / 4 + t0 / 4) * 32;  // tokens t0 .. t0 + 3, then t0 + 4 ..
-        for (int k = 0; k < 4; ++k) {
-          const __m256i lo = quads[8 * cc + k], hi = quads[8 * cc + k + 4];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * k), _mm256_permute2x128_si256(lo, hi, 0x20));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 + 8 * k), _mm256_permute2x128_si256(lo, hi, 0x31));
+      __m256i low[4];  // a chunk's quads 0..3 until quad k + 4 comes
+      centroid_quads3(records + g.offset, code_size, t0, n, h, table, [&](int s, __m256i quad) {
+        const int k = s % 8;
+        quad = _mm256_shuffle_epi8(quad, transpose4x4);
+        if (k < 4) {
+          low[k] = quad;
+          return;
         }
-      }
+        const size_t c = static_cast<size_t>(2 * h + s / 8);
+        uint32_t* out = vb + (c * kBlockTokens / 4 + t0 / 4) * 32 + 8 * (k - 4);  // tokens t0 .., then t0 + 4 ..
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(low[k - 4], quad, 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_permute2x128_si256(low[k - 4], quad, 0x31));
+      });
     }
   }
 }
