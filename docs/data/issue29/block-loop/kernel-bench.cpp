@@ -1,3 +1,9 @@
+// The AVX2 table's 3-bit int8 prefill tiles alone (four rows, head_dim 64, one thread, the
+// codes L1-resident): prefill_int8_dots and prefill_int8_accumulate over 256 blocks of 64
+// tokens, six rounds, microseconds a block. Not part of the build; from the checkout, after
+// scripts/build.sh:
+//   g++ -O2 -std=c++20 -Isrc -Iinclude docs/data/issue29/block-loop/kernel-bench.cpp \
+//     build/src/libturbokv_core.a -lfmt -lhwy -lpthread -o /tmp/kernel-bench
 #include <chrono>
 #include <cstdio>
 #include <random>
