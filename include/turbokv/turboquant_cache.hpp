@@ -167,7 +167,7 @@ class TurboQuantKVCache : public KVCache {
   const uint8_t* value_codes(size_t page, int head) const;
   // Starts loading what key_codes() / value_codes() of `page` read first (any index; a no-op
   // past the end or for a freed page). Attention calls it a page ahead: at long contexts each
-  // page's record had left every cache and its load stalled the block loop (~1% of a 32K step).
+  // page's record had left every cache, and the block loop stalled on it.
   void prefetch_page(size_t page) const;
   const TurboQuantMse* key_mse() const { return key_mse_.get(); }
   const TurboQuantProd* key_prod() const { return key_prod_.get(); }

@@ -992,8 +992,8 @@ TKV_INLINE void transpose8x8_epi32(__m256i* r) {
 // Eight tokens' 3-bit codes of one 64-coordinate half as table centroids, a lane a token, handed
 // to emit(s, quad) as each is made (a callback, so that no array of all sixteen has to live on
 // the stack): lane i of quad s holds token t0 + i's four centroids that int8_dots multiplies
-// with query bytes 4s .. 4s + 3 of the half (codes32<3>'s order: in each chunk the groups of eight codes
-// as 0, 2, 1, 3). Per token, two loads and a byte shuffle put its eight 3-byte groups in eight
+// with query bytes 4s .. 4s + 3 of the half (codes32<3>'s order: in each chunk the groups of
+// eight codes as 0, 2, 1, 3). Per token, two loads and a byte shuffle put its eight 3-byte groups in eight
 // dwords; an 8x8 transpose gives each group's dword for eight tokens; per group, shifts and a
 // word blend put each of its two quads' four codes in four bytes, and the table's vpshufb makes
 // them centroids: ~20 instructions per token and half, where codes32<3>, the table and a
