@@ -11,8 +11,10 @@
 // how grouped-query attention reuses it: a tile holds the query heads of one kv-head group.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace turbokv::attn {
 
@@ -186,6 +188,16 @@ inline constexpr int kInt8Chunk = 32;
 // codes' (tq4-plain +3.3% at 63 levels, +1.8% at 127; docs/history/benchmarks-notebook.md,
 // "Issue 29: 3-bit int8 attention on the AVX2 table").
 constexpr int int8_query_levels(int bits) { return bits == 4 ? 127 : 63; }
+// The online softmax's rescale factor exp(m_old - m_new) for a row whose running max moves from
+// m_old (-inf before its first token) to m_new: every table's softmax_update takes it from here.
+// exp(0) is 1, so once a long context's max settles most blocks skip the call (a NaN or
+// infinite difference still takes it).
+inline float softmax_rescale(float m_old, float m_new) {
+  if (m_old == -std::numeric_limits<float>::infinity()) return 0.0f;
+  const float shift = m_old - m_new;
+  return shift == 0.0f ? 1.0f : std::exp(shift);
+}
+
 // Whether the integer kernels take a group of this shape.
 inline bool int8_group_supported(int bits, int dims) {
   return bits >= 2 && bits <= 4 && dims % kInt8Chunk == 0 && dims > 0 && dims <= 1024;

@@ -848,10 +848,7 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
     mx = _mm_max_ss(mx, _mm_shuffle_ps(mx, mx, 1));
     const float block_max = _mm_cvtss_f32(mx);
     const float m_new = m[r] > block_max ? m[r] : block_max;
-    // exp(0) is 1: once a long context's running max settles, most blocks skip the call
-    // (a NaN or infinite difference still takes it).
-    const float shift = m[r] - m_new;
-    const float alpha = m[r] == kNegInf ? 0.0f : shift == 0.0f ? 1.0f : std::exp(shift);
+    const float alpha = softmax_rescale(m[r], m_new);
     const __m256 vm = _mm256_set1_ps(m_new);
     __m256 vsum = _mm256_setzero_ps();
     for (size_t t = 0; t < first; ++t) s[t] = 0.0f;

@@ -160,10 +160,7 @@ void softmax_update(float* scores, size_t ld, int rows, size_t n, const size_t* 
       block_max = std::max(block_max, x);
     }
     const float m_new = std::max(m[r], block_max);
-    // exp(0) is 1: once a long context's running max settles, most blocks skip the call
-    // (a NaN or infinite difference still takes it).
-    const float shift = m[r] - m_new;
-    const float alpha = m[r] == kNegInf ? 0.0f : shift == 0.0f ? 1.0f : std::exp(shift);
+    const float alpha = softmax_rescale(m[r], m_new);
     float sum = 0.0f;
     for (size_t t = hid; t < vis; ++t) {
       s[t] = std::exp(s[t] - m_new);
