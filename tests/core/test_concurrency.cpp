@@ -159,7 +159,11 @@ TEST(Concurrency, PromptCacheSaveLoadFromManyThreads) {
         c->append(random_normal(kHeads * 20 * kDim, t * 10 + l), random_normal(kHeads * 20 * kDim, t * 10 + l + 5), 20);
         pc.add_layer(std::move(c));
       }
-      const std::string path = (dir / ("c" + std::to_string(t) + ".safetensors")).string();
+      // Built by appending: GCC 12's -Wrestrict misreads the inlined "c" + std::string temporaries.
+      std::string name = "c";
+      name += std::to_string(t);
+      name += ".safetensors";
+      const std::string path = (dir / name).string();
       for (int r = 0; r < 3; ++r) {
         save_prompt_cache(path, pc);
         const PromptCache back = load_prompt_cache(path);
