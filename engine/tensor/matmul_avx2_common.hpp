@@ -37,9 +37,11 @@ TKV_AVX2 inline float load_half(const uint8_t* p) {
 // GB/s where a plain 2-thread read reaches 23 (its ~13 instructions per 34-byte block fill the
 // out-of-order window long before many loads are outstanding). A software prefetch this far ahead
 // of the read position, one per 64 bytes or so consumed, brought it to 20.5 GB/s (docs/history/
-// benchmarks-notebook.md, "Decode matvec, batched steps and llama.cpp on this VM"). Reading
-// past a matrix's end is harmless: a prefetch never faults and changes no result.
-inline constexpr size_t kWeightPrefetchBytes = 4096;
+// benchmarks-notebook.md, "Decode matvec, batched steps and llama.cpp on this VM"). The distance:
+// on that Intel Xeon 2-8 KiB ahead measured alike; on a Zen 5, which streams faster, 8 KiB read
+// ~6% faster than 4 KiB (docs/data/issue29/avx2-tiles/matvec-bandwidth.cpp). Reading past a
+// matrix's end is harmless: a prefetch never faults and changes no result.
+inline constexpr size_t kWeightPrefetchBytes = 8192;
 
 TKV_AVX2 inline void prefetch_weights(const uint8_t* at) {
   _mm_prefetch(reinterpret_cast<const char*>(at) + kWeightPrefetchBytes, _MM_HINT_T0);
