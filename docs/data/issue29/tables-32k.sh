@@ -6,7 +6,7 @@
 # (TURBOKV_NO_VNNI=1 TURBOKV_NO_AVX512=1). Usage: tables-32k.sh TURBOKV OUTDIR ROUNDS [CACHES]
 # CACHES (default 1): caches of each configuration in one decode-bench process (stepped in
 # turn, A B A B ...); a configuration's step is the mean of its caches' median steps. On a
-# 2-vCPU Zen 5 VM two dense16 caches of one process stepped in turn differed by up to 12% (where
+# 2-vCPU Zen 5 VM two dense16 caches of one process stepped in turn differed by up to 11% (where
 # their pages landed), so one cache a round made the ratio swing more than the caches it
 # compares.
 set -euo pipefail
