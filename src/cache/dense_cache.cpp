@@ -264,7 +264,8 @@ CacheState DenseKVCache::save_state() const {
                     {"dtype", dense_dtype_name(dtype_)},
                     {"page_tokens", std::to_string(page_tokens_)},
                     {"tokens", std::to_string(size_)}};
-  if (allow_non_finite_) state.metadata["allow_non_finite"] = "1";
+  // emplace, not operator[] = "1": GCC 12 reports a -Wrestrict false positive for the latter.
+  if (allow_non_finite_) state.metadata.emplace("allow_non_finite", "1");
   // A sliding-window ring saves only the positions it holds, [first_held, tokens).
   if (first_held_ > 0) state.metadata["first_held"] = std::to_string(first_held_);
   const size_t held = size_ - first_held_;
