@@ -6,6 +6,7 @@
 //  - attend() with the library's default thread count, from many threads at once (the attention
 //    pools are shared process-wide and must hand off safely);
 //  - engine sessions on one shared read-only Model, each with its own caches and pool.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "skip_policy.hpp"
@@ -159,11 +160,7 @@ TEST(Concurrency, PromptCacheSaveLoadFromManyThreads) {
         c->append(random_normal(kHeads * 20 * kDim, t * 10 + l), random_normal(kHeads * 20 * kDim, t * 10 + l + 5), 20);
         pc.add_layer(std::move(c));
       }
-      // Built by appending: GCC 12's -Wrestrict misreads the inlined "c" + std::string temporaries.
-      std::string name = "c";
-      name += std::to_string(t);
-      name += ".safetensors";
-      const std::string path = (dir / name).string();
+      const std::string path = (dir / fmt::format("c{}.safetensors", t)).string();
       for (int r = 0; r < 3; ++r) {
         save_prompt_cache(path, pc);
         const PromptCache back = load_prompt_cache(path);
