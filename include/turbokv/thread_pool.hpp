@@ -6,6 +6,7 @@
 // A task that throws: the first exception is rethrown by parallel_for after all chunks finish.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -39,6 +40,8 @@ class ThreadPool {
  private:
   void worker_loop();
   void run_job(std::unique_lock<std::mutex>& lock);
+  void wait_for_job(std::unique_lock<std::mutex>& lock, size_t seen_generation);
+  void wait_until_finished(std::unique_lock<std::mutex>& lock);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -47,9 +50,10 @@ class ThreadPool {
   const std::function<void(size_t)>* job_ = nullptr;
   size_t job_tasks_ = 0;
   size_t next_task_ = 0;
-  size_t finished_tasks_ = 0;
-  size_t generation_ = 0;
-  bool stopping_ = false;
+  // Written under mutex_; atomic so that a waiting thread can poll them without it.
+  std::atomic<size_t> finished_tasks_{0};
+  std::atomic<size_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   std::exception_ptr error_;
 };
 

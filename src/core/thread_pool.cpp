@@ -1,8 +1,51 @@
 #include "turbokv/thread_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace turbokv {
+
+namespace {
+
+// How long a thread polls for the next job (a worker) or for the other threads' tasks (the
+// caller) before it sleeps on a condition variable. A decode step hands the pool a hundred or
+// more jobs of 10-100 us (the matvecs), a few microseconds apart; a thread asleep on a futex
+// takes microseconds to tens of microseconds to run again, on the critical path of every job.
+constexpr auto kPollTime = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Jobs posted to any pool of the process. Attention keeps pools of its own beside the engine's;
+// an idle worker stops polling once another pool has work, so that it does not take a core
+// from that pool's threads (2 cores, and each pool has a worker).
+std::atomic<uint64_t> g_jobs_posted{0};
+
+// Polls ready() for up to kPollTime; true as soon as it holds. A worker (until_other_job) gives
+// up early when another pool posts a job. Yields the core between rounds.
+template <typename Ready>
+bool poll_until(Ready ready, bool until_other_job) {
+  const auto deadline = std::chrono::steady_clock::now() + kPollTime;
+  const uint64_t posted = g_jobs_posted.load(std::memory_order_relaxed);
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      if (until_other_job && g_jobs_posted.load(std::memory_order_relaxed) != posted) return ready();
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -12,7 +55,7 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -41,13 +84,34 @@ void ThreadPool::run_job(std::unique_lock<std::mutex>& lock) {
   }
 }
 
+// Returns, holding `lock`, once the pool stops or a job newer than seen_generation is posted.
+void ThreadPool::wait_for_job(std::unique_lock<std::mutex>& lock, size_t seen_generation) {
+  const auto ready = [&] { return stopping_.load() || generation_.load() != seen_generation; };
+  if (ready()) return;
+  lock.unlock();
+  poll_until(ready, true);
+  lock.lock();
+  wake_.wait(lock, ready);
+}
+
+// Returns, holding `lock`, once every task of the current job has finished.
+void ThreadPool::wait_until_finished(std::unique_lock<std::mutex>& lock) {
+  const size_t tasks = job_tasks_;
+  const auto ready = [&] { return finished_tasks_.load() == tasks; };
+  if (ready()) return;
+  lock.unlock();
+  poll_until(ready, false);
+  lock.lock();
+  done_.wait(lock, ready);
+}
+
 void ThreadPool::worker_loop() {
   size_t seen_generation = 0;
   std::unique_lock lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
-    if (stopping_) return;
-    seen_generation = generation_;
+    wait_for_job(lock, seen_generation);
+    if (stopping_.load()) return;
+    seen_generation = generation_.load();
     run_job(lock);
   }
 }
@@ -62,12 +126,13 @@ void ThreadPool::run_tasks(size_t n_tasks, const std::function<void(size_t)>& fn
   job_ = &fn;
   job_tasks_ = n_tasks;
   next_task_ = 0;
-  finished_tasks_ = 0;
+  finished_tasks_.store(0);
   error_ = nullptr;
-  ++generation_;
+  generation_.fetch_add(1);
+  g_jobs_posted.fetch_add(1, std::memory_order_relaxed);
   wake_.notify_all();
   run_job(lock);
-  done_.wait(lock, [&] { return finished_tasks_ == job_tasks_; });
+  wait_until_finished(lock);
   job_ = nullptr;
   std::exception_ptr error = error_;
   error_ = nullptr;

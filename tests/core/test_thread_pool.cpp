@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -111,4 +112,53 @@ TEST(ThreadPool, GlobalIsOneHardwareSizedPool) {
     for (size_t i = b; i < e; ++i) sum += i;
   });
   EXPECT_EQ(sum.load(), 999u * 1000u / 2);
+}
+
+namespace {
+
+// A job of two tasks that each wait (up to 10 s) for the other to start: it completes only if
+// the pool's worker takes one while the calling thread runs the other. False on a timeout.
+bool rendezvous(turbokv::ThreadPool& pool) {
+  std::atomic<int> arrived{0};
+  std::atomic<bool> timed_out{false};
+  pool.run_tasks(2, [&](size_t) {
+    arrived++;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 2) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        timed_out = true;
+        return;
+      }
+      std::this_thread::yield();
+    }
+  });
+  return !timed_out.load();
+}
+
+}  // namespace
+
+// Workers poll for the next job a while (~50 us) before sleeping: a job must reach a worker
+// that is still polling (back to back), one that gave up and sleeps (after a pause), and one
+// that stopped polling because another pool posted work (two pools used in turn, as the engine
+// and attention do).
+TEST(ThreadPool, JobsReachPollingAndSleepingWorkers) {
+  turbokv::ThreadPool a(2), b(2);
+  for (auto pause : {std::chrono::microseconds(0), std::chrono::microseconds(20), std::chrono::microseconds(2000)}) {
+    for (int round = 0; round < 20; ++round) {
+      ASSERT_TRUE(rendezvous(a)) << "pause " << pause.count() << " us, round " << round;
+      ASSERT_TRUE(rendezvous(b)) << "pause " << pause.count() << " us, round " << round;
+      std::this_thread::sleep_for(pause);
+    }
+  }
+}
+
+// A pool destroyed right after a job (its worker still polling) or while idle stops cleanly.
+TEST(ThreadPool, DestroyedWhilePollingOrAsleep) {
+  for (int round = 0; round < 50; ++round) {
+    turbokv::ThreadPool pool(3);
+    std::atomic<int> count{0};
+    pool.run_tasks(6, [&](size_t) { count++; });
+    EXPECT_EQ(count.load(), 6);
+    if (round % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
