@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -25,22 +26,23 @@ inline void cpu_relax() {
 
 // Jobs posted to any pool of the process. Attention keeps pools of its own beside the engine's;
 // an idle worker stops polling once another pool has work, so that it does not take a core
-// from that pool's threads (2 cores, and each pool has a worker).
+// from that pool's threads (each pool has workers of its own, and the cores are few).
 std::atomic<uint64_t> g_jobs_posted{0};
 
-// Polls ready() for up to kPollTime; true as soon as it holds. A worker (until_other_job) gives
-// up early when another pool posts a job. Yields the core between rounds.
+// Polls ready() until it holds or kPollTime has passed; the caller then waits on its condition
+// variable as before (at once if ready() holds). A worker (until_other_job) gives up early when
+// another pool posts a job. Yields the core between rounds of polls.
 template <typename Ready>
-bool poll_until(Ready ready, bool until_other_job) {
+void poll_until(Ready ready, bool until_other_job) {
   const auto deadline = std::chrono::steady_clock::now() + kPollTime;
   const uint64_t posted = g_jobs_posted.load(std::memory_order_relaxed);
   while (true) {
     for (int i = 0; i < 64; ++i) {
-      if (ready()) return true;
-      if (until_other_job && g_jobs_posted.load(std::memory_order_relaxed) != posted) return ready();
+      if (ready()) return;
+      if (until_other_job && g_jobs_posted.load(std::memory_order_relaxed) != posted) return;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() >= deadline) return ready();
+    if (std::chrono::steady_clock::now() >= deadline) return;
     std::this_thread::yield();
   }
 }
