@@ -40,8 +40,6 @@ class ThreadPool {
  private:
   void worker_loop();
   void run_job(std::unique_lock<std::mutex>& lock);
-  void wait_for_job(std::unique_lock<std::mutex>& lock, size_t seen_generation);
-  void wait_until_finished(std::unique_lock<std::mutex>& lock);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

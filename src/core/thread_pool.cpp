@@ -47,6 +47,18 @@ void poll_until(Ready ready, bool until_other_job) {
   }
 }
 
+// Returns, holding `lock` (held on entry), once ready() holds: polls without the lock first,
+// then sleeps on `cv` as a plain wait would.
+template <typename Ready>
+void poll_then_wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, Ready ready,
+                    bool until_other_job) {
+  if (ready()) return;
+  lock.unlock();
+  poll_until(ready, until_other_job);
+  lock.lock();
+  cv.wait(lock, ready);
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -86,32 +98,12 @@ void ThreadPool::run_job(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-// Returns, holding `lock`, once the pool stops or a job newer than seen_generation is posted.
-void ThreadPool::wait_for_job(std::unique_lock<std::mutex>& lock, size_t seen_generation) {
-  const auto ready = [&] { return stopping_.load() || generation_.load() != seen_generation; };
-  if (ready()) return;
-  lock.unlock();
-  poll_until(ready, true);
-  lock.lock();
-  wake_.wait(lock, ready);
-}
-
-// Returns, holding `lock`, once every task of the current job has finished.
-void ThreadPool::wait_until_finished(std::unique_lock<std::mutex>& lock) {
-  const size_t tasks = job_tasks_;
-  const auto ready = [&] { return finished_tasks_.load() == tasks; };
-  if (ready()) return;
-  lock.unlock();
-  poll_until(ready, false);
-  lock.lock();
-  done_.wait(lock, ready);
-}
-
 void ThreadPool::worker_loop() {
   size_t seen_generation = 0;
   std::unique_lock lock(mutex_);
   while (true) {
-    wait_for_job(lock, seen_generation);
+    // Until the pool stops or a job newer than the last one is posted.
+    poll_then_wait(lock, wake_, [&] { return stopping_.load() || generation_.load() != seen_generation; }, true);
     if (stopping_.load()) return;
     seen_generation = generation_.load();
     run_job(lock);
@@ -134,7 +126,7 @@ void ThreadPool::run_tasks(size_t n_tasks, const std::function<void(size_t)>& fn
   g_jobs_posted.fetch_add(1, std::memory_order_relaxed);
   wake_.notify_all();
   run_job(lock);
-  wait_until_finished(lock);
+  poll_then_wait(lock, done_, [&] { return finished_tasks_.load() == n_tasks; }, false);
   job_ = nullptr;
   std::exception_ptr error = error_;
   error_ = nullptr;
